@@ -1,0 +1,38 @@
+# The two commands in the README (`make demo`, `make test`) each build .venv from uv.lock.
+# uv is bootstrapped with pip when missing: pip takes minutes here, uv seconds.
+SHELL := /bin/bash
+PY := .venv/bin/python
+UV := $(shell command -v uv 2>/dev/null || echo "$(HOME)/.local/bin/uv")
+UV_FLAGS := --native-tls
+
+.PHONY: venv test lint typecheck check bench demo clean
+
+$(UV):
+	python3 -m pip install --quiet --user uv || python3 -m pip install --quiet uv
+
+venv: .venv/.synced
+.venv/.synced: pyproject.toml uv.lock | $(UV)
+	$(UV) sync $(UV_FLAGS) --frozen --extra dev
+	@touch $@
+
+lint: venv
+	.venv/bin/ruff check src tests benchmarks
+	.venv/bin/mypy
+
+check: venv
+	.venv/bin/rlsight check
+
+test: venv
+	.venv/bin/ruff check src tests benchmarks
+	.venv/bin/mypy
+	.venv/bin/rlsight check
+	.venv/bin/pytest -q -p no:cacheprovider
+
+bench: venv
+	@for f in benchmarks/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+
+demo: venv
+	$(PY) -m rlsight.demo
+
+clean:
+	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache rlsight-runs

@@ -1,0 +1,133 @@
+"""A span processor that batches ended spans for one exporter, bounded in every dimension.
+
+rlsight uses it for both the local store and OTLP, instead of the SDK's batch processor,
+for three reasons: ended spans must reach the local store within 200 ms (a SIGKILLed Ray
+actor runs no exit hook); every drop is counted by reason; and shutdown honours one deadline.
+The SDK's ``force_flush`` drains its queue whatever the timeout says, which against an
+unreachable collector turns a 5 s budget into half a minute.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from opentelemetry.sdk.trace import SpanProcessor
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.sdk.trace import ReadableSpan, Span
+
+ExportFn = Callable[[Sequence["ReadableSpan"]], bool]
+
+
+class BatchingSpanProcessor(SpanProcessor):
+    """Queue ended spans; a daemon thread hands them to ``export`` every ``interval_s``.
+
+    Args:
+        export: Takes a batch, returns whether it was delivered. It may raise; that counts
+            as a failed batch and is logged once by the caller's guard.
+        name: For thread names and reports (``"store"``, ``"otlp"``).
+        interval_s: Longest time an ended span waits in the queue.
+        max_queue: Spans beyond this are dropped and counted (``queue_full``).
+        max_batch: Largest batch handed to ``export`` at once.
+    """
+
+    def __init__(
+        self,
+        export: ExportFn,
+        *,
+        name: str,
+        interval_s: float = 0.1,
+        max_queue: int = 200_000,
+        max_batch: int = 4096,
+        on_error: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self.name = name
+        self._export = export
+        self._interval = interval_s
+        self._max_queue = max_queue
+        self._max_batch = max_batch
+        self._on_error = on_error
+        self._queue: collections.deque[ReadableSpan] = collections.deque()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._export_lock = threading.Lock()
+        self.exported = 0
+        self.dropped: collections.Counter[str] = collections.Counter()
+        self._thread = threading.Thread(target=self._run, name=f"rlsight-{name}", daemon=True)
+        self._thread.start()
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        return None
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self._stop.is_set():
+            self.dropped["after_shutdown"] += 1
+            return
+        if len(self._queue) >= self._max_queue:
+            self.dropped["queue_full"] += 1
+            return
+        self._queue.append(span)
+        if len(self._queue) >= self._max_batch:
+            self._wake.set()
+
+    @property
+    def queued(self) -> int:
+        """Spans waiting to be exported."""
+        return len(self._queue)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self._interval)
+            self._wake.clear()
+            self._drain(deadline=None)
+
+    def _drain(self, deadline: float | None) -> bool:
+        """Export everything queued now; False if the deadline passed first."""
+        with self._export_lock:
+            while self._queue:
+                if deadline is not None and time.monotonic() >= deadline:
+                    return False
+                batch: list[ReadableSpan] = []
+                while self._queue and len(batch) < self._max_batch:
+                    batch.append(self._queue.popleft())
+                try:
+                    ok = self._export(batch)
+                except Exception as exc:  # the exporter's failure must not end the thread
+                    ok = False
+                    if self._on_error is not None:
+                        self._on_error(exc)
+                if ok:
+                    self.exported += len(batch)
+                else:
+                    self.dropped["export_failed"] += len(batch)
+        return True
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Export what is queued, in the caller's thread, within ``timeout_millis``."""
+        return _bounded(lambda: self._drain(time.monotonic() + timeout_millis / 1000),
+                        timeout_millis / 1000)
+
+    def shutdown(self, timeout_millis: int = 30_000) -> bool:  # type: ignore[override]
+        """Stop accepting spans, flush within the budget, count what is left as dropped."""
+        self._stop.set()
+        self._wake.set()
+        done = self.force_flush(timeout_millis)
+        left = len(self._queue)
+        if left:
+            self.dropped["shutdown_timeout"] += left
+            self._queue.clear()
+        return done and not left
+
+
+def _bounded(fn: Callable[[], bool], timeout_s: float) -> bool:
+    """Run ``fn`` in a daemon thread; give up waiting after ``timeout_s`` (it may go on)."""
+    result: list[bool] = []
+    thread = threading.Thread(target=lambda: result.append(fn()), name="rlsight-bounded", daemon=True)
+    thread.start()
+    thread.join(max(0.0, timeout_s))
+    return bool(result and result[0])

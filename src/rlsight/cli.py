@@ -1,0 +1,71 @@
+"""The ``rlsight`` command: parse, dispatch, exit code.
+
+Each subcommand lives in ``rlsight.commands.<name>`` and exposes ``add_arguments(parser)``
+and ``run(args) -> int``; its one-line help is the module docstring's first line. Handlers
+import their heavy dependencies inside ``run`` so ``rlsight --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Final
+
+#: Subcommand name -> module. Order is the order ``--help`` lists them in.
+_COMMANDS: Final = {
+    "report": "rlsight.commands.report",
+    "timeline": "rlsight.commands.timeline",
+    "runs": "rlsight.commands.runs",
+    "check": "rlsight.commands.check",
+    "demo": "rlsight.commands.demo",
+}
+
+#: Exit codes, documented in docs/cli.md.
+EXIT_OK: Final = 0
+EXIT_PROBLEMS: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_INPUT: Final = 3
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rlsight",
+        description="Read what an instrumented RL run wrote, and check instrumentation drift.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, module_name in _COMMANDS.items():
+        module = importlib.import_module(module_name)
+        doc = (module.__doc__ or "").strip().splitlines()
+        summary = doc[0] if doc else name
+        cmd = sub.add_parser(name, help=summary, description=(module.__doc__ or summary).strip())
+        module.add_arguments(cmd)
+        cmd.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI with ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
+    parser = _build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
+        return int(exc.code or 0)
+    try:
+        return int(args._module.run(args))
+    except KeyboardInterrupt:
+        print(f"rlsight {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.debug:
+            raise
+        print(
+            f"rlsight {args.command}: {type(exc).__name__}: {exc}; rerun with --debug for the traceback",
+            file=sys.stderr,
+        )
+        return EXIT_INPUT
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Subcommands of the ``rlsight`` CLI, one module each (see ``rlsight.cli``)."""

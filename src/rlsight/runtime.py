@@ -1,0 +1,581 @@
+"""The telemetry lifecycle of one process: set up, identify, shut down within a budget.
+
+One :class:`Telemetry` object per process holds the providers, the store writers and the
+run-scoped state the helpers need (current step, efficiency seconds). Module functions
+delegate to it; there is no OpenTelemetry global to set or to poke, so tests build a fresh
+one each time (see :mod:`rlsight.testing`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import functools
+import logging
+import os
+import re
+import socket
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from rlsight import groups as _groups
+from rlsight._batching import BatchingSpanProcessor, _bounded
+from rlsight.config import TelemetryConfig
+from rlsight.errors import ConfigError, TelemetryStateError, warn_once
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import Histogram, Meter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import MetricReader
+    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+    from opentelemetry.trace import Tracer
+
+    from rlsight.store._sink import FileSink
+
+__all__ = [
+    "ShutdownReport",
+    "Telemetry",
+    "active_runtime",
+    "init_worker",
+    "setup_telemetry",
+    "shutdown_telemetry",
+]
+
+_log = logging.getLogger("rlsight")
+
+#: Env vars that carry a worker's identity (set by ``rlsight.ray`` or a launcher).
+ENV_WORKER_GROUP: Final = "RLSIGHT_WORKER_GROUP"
+ENV_RANK: Final = "RLSIGHT_RANK"
+ENV_WORLD_SIZE: Final = "RLSIGHT_WORLD_SIZE"
+ENV_DEVICES: Final = "RLSIGHT_DEVICES"
+
+_SCOPE: Final = "rlsight"
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownReport:
+    """What :func:`shutdown_telemetry` did.
+
+    ``dropped`` counts spans that never reached a sink, keyed ``"<sink>/<reason>"``
+    (``otlp/shutdown_timeout``, ``store/queue_full``...). Spans the local store wrote are
+    on disk whatever happened to the collector.
+    """
+
+    elapsed_ms: float
+    timed_out: bool
+    exported: Mapping[str, int] = field(default_factory=dict)
+    dropped: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def dropped_total(self) -> int:
+        """Spans lost across every sink and reason."""
+        return sum(self.dropped.values())
+
+
+@dataclass(slots=True)
+class _Identity:
+    worker_group: str
+    rank: int
+    world_size: int
+    devices: int | None = None
+    resource_attributes: dict[str, Any] = field(default_factory=dict)
+
+
+class Telemetry:
+    """The telemetry of one process. Returned by :func:`setup_telemetry` and :func:`init_worker`.
+
+    Use it as a context manager to shut down at the end of a block. Its providers are built
+    when it is created, except for a worker set up with ``deferred=True``: those wait until
+    the first span or metric, so a Ray actor can still name its worker group
+    (:meth:`bind_identity`) after its process started.
+    """
+
+    def __init__(
+        self,
+        config: TelemetryConfig,
+        identity: _Identity,
+        *,
+        deferred: bool = False,
+        span_processors: Sequence[SpanProcessor] = (),
+        metric_readers: Sequence[MetricReader] = (),
+    ) -> None:
+        self.config = config
+        self._identity = identity
+        self._extra_processors = tuple(span_processors)
+        self._extra_readers = tuple(metric_readers)
+        self._lock = threading.RLock()
+        self._materialized = False
+        self._shut_down = False
+        self.started_ns = time.time_ns()
+        self.current_step: int | None = None
+        self._efficiency: dict[str, float] = {}
+        self._efficiency_lock = threading.Lock()
+        self._internal_errors: collections.Counter[str] = collections.Counter()
+        self._tracer_provider: TracerProvider | None = None
+        self._meter_provider: MeterProvider | None = None
+        self._tracer: Tracer | None = None
+        self._meter: Meter | None = None
+        self._setup_histogram: Histogram | None = None
+        self._processors: list[BatchingSpanProcessor] = []
+        self._local_metric_reader: MetricReader | None = None
+        self._sinks: list[FileSink] = []
+        self.resource_attributes: dict[str, Any] = {}
+        if not deferred:
+            self._materialize()
+
+    # -- identity ---------------------------------------------------------------------------
+    @property
+    def run_dir(self) -> Path | None:
+        """The local store's folder, or ``None`` when the local store is off."""
+        return self.config.run_path if self.config.local_store else None
+
+    @property
+    def worker_group(self) -> str:
+        """``rl.worker_group`` of this process."""
+        return self._identity.worker_group
+
+    @property
+    def rank(self) -> int:
+        """``rl.rank`` of this process."""
+        return self._identity.rank
+
+    def bind_identity(
+        self,
+        *,
+        worker_group: str | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        resource_attributes: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Name this process before its first span; returns False (and warns) if too late.
+
+        OpenTelemetry fixes a process's resource when its provider is built, so identity can
+        change only while the runtime is still deferred.
+        """
+        with self._lock:
+            if self._materialized:
+                warn_once(
+                    f"bind-identity-late:{os.getpid()}",
+                    "rlsight: bind_identity() called after this process emitted telemetry; "
+                    f"it stays {self._identity.worker_group}/{self._identity.rank}. Pass "
+                    "worker_group/rank to init_worker or rlsight.ray.worker_options instead",
+                )
+                return False
+            if worker_group is not None:
+                self._identity.worker_group = worker_group
+            if rank is not None:
+                self._identity.rank = rank
+            if world_size is not None:
+                self._identity.world_size = world_size
+            if resource_attributes:
+                self._identity.resource_attributes.update(resource_attributes)
+            return True
+
+    @property
+    def materialized(self) -> bool:
+        """Whether the providers exist (identity is then fixed)."""
+        return self._materialized
+
+    # -- providers --------------------------------------------------------------------------
+    @property
+    def tracer(self) -> Tracer:
+        """The tracer every rlsight helper uses (built on first use for a deferred worker)."""
+        tracer = self._tracer
+        if tracer is None:
+            self._materialize()
+            tracer = self._tracer
+            assert tracer is not None
+        return tracer
+
+    @property
+    def meter(self) -> Meter:
+        """The meter for rlsight's instruments."""
+        meter = self._meter
+        if meter is None:
+            self._materialize()
+            meter = self._meter
+            assert meter is not None
+        return meter
+
+    def _resource_attributes(self) -> dict[str, Any]:
+        ident = self._identity
+        pid = os.getpid()
+        attrs: dict[str, Any] = {
+            "service.name": self.config.service_name,
+            "service.instance.id": f"{self.config.run_id}/{ident.worker_group}/{ident.rank}/{pid}",
+            "rl.run.id": self.config.run_id,
+            "rl.rank": ident.rank,
+            "rl.world_size": ident.world_size,
+            "rl.worker_group": ident.worker_group,
+            "rl.stage": "rl",
+            "process.pid": pid,
+            "host.name": socket.gethostname(),
+        }
+        if self.config.algorithm:
+            attrs["rl.algorithm"] = self.config.algorithm
+        if ident.devices is not None:
+            attrs["rl.devices"] = ident.devices
+        attrs.update(self.config.resource_attributes)
+        attrs.update(ident.resource_attributes)
+        return attrs
+
+    def _materialize(self) -> None:
+        with self._lock:
+            if self._materialized:
+                return
+            if self._shut_down:
+                raise TelemetryStateError("rlsight telemetry was shut down in this process")
+            from opentelemetry.sdk.metrics import MeterProvider
+            from opentelemetry.sdk.resources import Resource
+            from opentelemetry.sdk.trace import TracerProvider
+
+            from rlsight import __version__
+
+            self.resource_attributes = self._resource_attributes()
+            resource = Resource.create(self.resource_attributes)
+            tp = TracerProvider(resource=resource, shutdown_on_exit=False)
+            readers: list[MetricReader] = []
+            stem = _SAFE.sub("_", f"{self._identity.worker_group}-{self._identity.rank}-{os.getpid()}")
+            if self.config.local_store:
+                readers.append(self._build_local_store(tp, stem))
+            if self.config.otlp_endpoint:
+                readers.append(self._build_otlp(tp))
+            for processor in self._extra_processors:
+                tp.add_span_processor(processor)
+            readers.extend(self._extra_readers)
+            mp = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
+            self._tracer_provider, self._meter_provider = tp, mp
+            self._tracer = tp.get_tracer(_SCOPE, __version__)
+            self._meter = mp.get_meter(_SCOPE, __version__)
+            self._setup_histogram = self._meter.create_histogram(
+                "rl.setup.duration", unit="s", description="Wall time of each startup phase"
+            )
+            self._materialized = True
+
+    def _build_local_store(self, tp: TracerProvider, stem: str) -> MetricReader:
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+        from rlsight.store._exporters import LocalMetricExporter, span_writer
+        from rlsight.store._sink import FileSink
+
+        run_dir = self.config.run_path
+        span_sink = FileSink(run_dir / "traces" / f"{stem}.jsonl")
+        metric_sink = FileSink(run_dir / "metrics" / f"{stem}.jsonl")
+        self._sinks += [span_sink, metric_sink]
+        store = BatchingSpanProcessor(
+            span_writer(span_sink), name="store", interval_s=0.1,
+            on_error=lambda exc: self.report_internal_error("store-write", exc),
+        )
+        self._processors.append(store)
+        tp.add_span_processor(store)
+        reader = PeriodicExportingMetricReader(LocalMetricExporter(metric_sink), export_interval_millis=1000)
+        self._local_metric_reader = reader
+        return reader
+
+    def _build_otlp(self, tp: TracerProvider) -> MetricReader:
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+        from rlsight.store._exporters import delta_temporality
+
+        endpoint = str(self.config.otlp_endpoint).rstrip("/")
+        timeout_s = max(1.0, min(10.0, self.config.shutdown_timeout_ms / 1000))
+        if self.config.otlp_protocol == "grpc":
+            try:
+                from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+                    OTLPMetricExporter as GrpcMetricExporter,
+                )
+                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+                    OTLPSpanExporter as GrpcSpanExporter,
+                )
+            except ImportError as exc:
+                raise ConfigError(
+                    "TelemetryConfig.otlp_protocol='grpc' needs the gRPC exporter: "
+                    "pip install 'rlsight[grpc]' (or use 'http/protobuf')"
+                ) from exc
+            target = endpoint.split("://", 1)[-1]
+            insecure = not endpoint.startswith("https://")
+            span_exporter: Any = GrpcSpanExporter(endpoint=target, insecure=insecure, timeout=timeout_s)
+            metric_exporter: Any = GrpcMetricExporter(
+                endpoint=target, insecure=insecure, timeout=timeout_s,
+                preferred_temporality=delta_temporality(),
+            )
+        else:
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            span_exporter = OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces", timeout=timeout_s)
+            metric_exporter = OTLPMetricExporter(
+                endpoint=f"{endpoint}/v1/metrics", timeout=timeout_s,
+                preferred_temporality=delta_temporality(),
+            )
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        def export(batch: Any) -> bool:
+            return bool(span_exporter.export(batch) == SpanExportResult.SUCCESS)
+
+        otlp = BatchingSpanProcessor(
+            export, name="otlp", interval_s=1.0,
+            on_error=lambda exc: self.report_internal_error("otlp-export", exc),
+        )
+        otlp.exporter = span_exporter  # type: ignore[attr-defined]
+        self._processors.append(otlp)
+        tp.add_span_processor(otlp)
+        return PeriodicExportingMetricReader(metric_exporter, export_interval_millis=5000)
+
+    # -- run-scoped state the helpers share ---------------------------------------------------
+    def add_efficiency_seconds(self, category: str, seconds: float) -> None:
+        """Accumulate time spent in an efficiency category (called by ``efficiency_span``)."""
+        with self._efficiency_lock:
+            self._efficiency[category] = self._efficiency.get(category, 0.0) + seconds
+
+    def take_efficiency_seconds(self) -> dict[str, float]:
+        """Efficiency seconds per category since the last call (the per-step metrics tee)."""
+        with self._efficiency_lock:
+            out = dict(self._efficiency)
+            self._efficiency.clear()
+        return out
+
+    def record_setup_duration(self, phase: str, seconds: float) -> None:
+        """Record one startup phase on the ``rl.setup.duration`` histogram."""
+        if self._setup_histogram is None:
+            self._materialize()
+        assert self._setup_histogram is not None
+        self._setup_histogram.record(seconds, {"phase": phase})
+
+    def report_internal_error(self, site: str, exc: BaseException) -> None:
+        """Log an internal telemetry failure once per site and count it; raise when strict.
+
+        The run is fine; only telemetry is reduced. Under ``strict=True`` (the test
+        fixture) the error is raised so rlsight's own suite cannot hide it.
+        """
+        self._internal_errors[site] += 1
+        if self.config.strict:
+            raise exc
+        if self._internal_errors[site] == 1:
+            _log.warning(
+                "rlsight: internal telemetry error at %s; the run continues with less "
+                "telemetry (further errors here are counted, not logged)", site, exc_info=exc,
+            )
+
+    @property
+    def internal_errors(self) -> Mapping[str, int]:
+        """Internal errors per site since setup."""
+        return dict(self._internal_errors)
+
+    # -- shutdown ---------------------------------------------------------------------------
+    def shutdown(self, timeout_ms: int | None = None) -> ShutdownReport:
+        """Flush and close within ``timeout_ms`` (default ``config.shutdown_timeout_ms``).
+
+        Order: stop new spans, flush the local store (local disk, fast), flush metrics to
+        the store, then give collectors whatever time is left. A hung collector costs at most
+        the budget; what it did not take is counted in the report.
+        """
+        global _ACTIVE
+        budget_s = (timeout_ms if timeout_ms is not None else self.config.shutdown_timeout_ms) / 1000
+        t0 = time.monotonic()
+        deadline = t0 + budget_s
+
+        def left_ms() -> int:
+            return max(0, int((deadline - time.monotonic()) * 1000))
+
+        with self._lock:
+            if _ACTIVE is self:
+                _ACTIVE = None
+                _groups._deactivate()
+            if self._shut_down:
+                return ShutdownReport(0.0, False)
+            self._shut_down = True
+            ok = True
+            if self._materialized:
+                ordered = sorted(self._processors, key=lambda p: p.name != "store")
+                for proc in ordered:
+                    ok = proc.shutdown(left_ms()) and ok
+                if self._local_metric_reader is not None:
+                    reader = self._local_metric_reader
+                    ok = _bounded(lambda: bool(reader.force_flush(left_ms())), left_ms() / 1000) and ok
+                mp, tp = self._meter_provider, self._tracer_provider
+                assert mp is not None and tp is not None
+                ok = _bounded(lambda: _quiet(lambda: mp.shutdown(timeout_millis=left_ms())),
+                              left_ms() / 1000) and ok
+                for extra in self._extra_processors:
+                    _bounded(functools.partial(_flush, extra, left_ms()), left_ms() / 1000)
+                ok = _bounded(lambda: _quiet(tp.shutdown), left_ms() / 1000) and ok
+                for sink in self._sinks:
+                    sink.close()
+            exported = {p.name: p.exported for p in self._processors}
+            dropped = {
+                f"{p.name}/{reason}": n for p in self._processors for reason, n in p.dropped.items() if n
+            }
+            report = ShutdownReport((time.monotonic() - t0) * 1000, not ok, exported, dropped)
+        if report.dropped_total:
+            _log.warning("rlsight: shutdown dropped %d spans (%s); the local store keeps what it "
+                         "wrote", report.dropped_total, dict(report.dropped))
+        return report
+
+    def __enter__(self) -> Telemetry:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+def _flush(processor: SpanProcessor, timeout_ms: int) -> bool:
+    return bool(processor.force_flush(timeout_ms))
+
+
+def _quiet(fn: Any) -> bool:
+    result = fn()
+    return result is None or bool(result)
+
+
+_ACTIVE: Telemetry | None = None
+_ACTIVE_LOCK: Final = threading.Lock()
+_ATEXIT_REGISTERED = False
+
+
+def active_runtime() -> Telemetry | None:
+    """The process's telemetry while it is set up, else ``None``."""
+    return _ACTIVE
+
+
+def _install(telemetry: Telemetry) -> Telemetry:
+    global _ACTIVE, _ATEXIT_REGISTERED
+    with _ACTIVE_LOCK:
+        if _ACTIVE is not None:
+            raise TelemetryStateError(
+                "rlsight telemetry is already set up in this process (worker group "
+                f"{_ACTIVE.worker_group!r}, run {_ACTIVE.config.run_id!r}); call "
+                "shutdown_telemetry() first, or use the handle the first call returned"
+            )
+        _ACTIVE = telemetry
+        if not _ATEXIT_REGISTERED:
+            atexit.register(_shutdown_at_exit)
+            _ATEXIT_REGISTERED = True
+    _groups._activate(telemetry.config.span_groups)
+    return telemetry
+
+
+def _shutdown_at_exit() -> None:
+    if _ACTIVE is not None:
+        _ACTIVE.shutdown()
+
+
+def setup_telemetry(
+    config: TelemetryConfig | None = None,
+    *,
+    worker_group: str = "driver",
+    rank: int = 0,
+    world_size: int = 1,
+    resource_attributes: Mapping[str, Any] | None = None,
+) -> Telemetry:
+    """Set up telemetry in the driver (or any process that owns the run) and return it.
+
+    Builds the tracer and meter providers, writes ``<run_dir>/manifest.json`` and turns on
+    the span groups of ``config.span_groups``. Standard ``OTEL_EXPORTER_OTLP_*`` variables
+    fill an endpoint or protocol the config leaves unset.
+
+    Args:
+        config: The run's config; ``None`` reads it from the environment.
+        worker_group: ``rl.worker_group`` of this process.
+        rank: ``rl.rank``.
+        world_size: ``rl.world_size``.
+        resource_attributes: Extra resource attributes; they win over detected ones.
+
+    Raises:
+        TelemetryStateError: telemetry is already set up in this process.
+        ConfigError: the config cannot be used (bad endpoint protocol extra, unwritable dir).
+    """
+    config = (config or TelemetryConfig.from_env()).with_env_fallbacks()
+    identity = _Identity(worker_group, rank, world_size, _env_devices(),
+                         dict(resource_attributes or {}))
+    telemetry = Telemetry(config, identity, deferred=True)
+    if not config.enabled:
+        return telemetry
+    if _ACTIVE is not None:
+        _install(telemetry)  # raises the clear error
+    if config.local_store:
+        from rlsight.store._manifest import write_manifest
+
+        try:
+            write_manifest(config, started_ns=telemetry.started_ns)
+        except OSError as exc:
+            raise ConfigError(
+                f"TelemetryConfig.run_dir={config.run_dir!r} is not writable ({exc.strerror}); "
+                "choose another folder or set local_store=False"
+            ) from exc
+    telemetry._materialize()
+    return _install(telemetry)
+
+
+def init_worker(
+    *,
+    worker_group: str | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+    resource_attributes: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    deferred: bool = False,
+) -> Telemetry | None:
+    """Set up telemetry in a worker process from the driver's ``RLSIGHT_*`` projection.
+
+    Returns ``None`` (and does nothing) when the environment carries no rlsight config or
+    says telemetry is off. Calling it again in a process that is already set up returns the
+    existing runtime, so a setup hook and an explicit call do not fight.
+
+    Args:
+        worker_group: ``rl.worker_group``; default ``$RLSIGHT_WORKER_GROUP`` or ``"worker"``.
+        rank: ``rl.rank``; default ``$RLSIGHT_RANK`` or 0.
+        world_size: ``rl.world_size``; default ``$RLSIGHT_WORLD_SIZE`` or 1.
+        resource_attributes: Extra resource attributes for this process.
+        environ: Where to read the projection (default ``os.environ``).
+        deferred: Build providers on first use, so :meth:`Telemetry.bind_identity` can
+            still name the process (Ray's process setup hook runs before the actor exists).
+    """
+    env = os.environ if environ is None else environ
+    if not any(k.startswith("RLSIGHT_") for k in env):
+        return None
+    config = TelemetryConfig.from_env(env)
+    if not config.enabled:
+        return None
+    existing = _ACTIVE
+    if existing is not None:
+        if worker_group is not None or rank is not None:
+            existing.bind_identity(worker_group=worker_group, rank=rank, world_size=world_size,
+                                   resource_attributes=resource_attributes)
+        return existing
+    identity = _Identity(
+        worker_group or env.get(ENV_WORKER_GROUP) or "worker",
+        rank if rank is not None else _env_int(env, ENV_RANK, 0),
+        world_size if world_size is not None else _env_int(env, ENV_WORLD_SIZE, 1),
+        _env_devices(env),
+        dict(resource_attributes or {}),
+    )
+    return _install(Telemetry(config, identity, deferred=deferred))
+
+
+def _env_int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r}: expected an integer") from None
+
+
+def _env_devices(env: Mapping[str, str] | None = None) -> int | None:
+    env = os.environ if env is None else env
+    return _env_int(env, ENV_DEVICES, 1) if env.get(ENV_DEVICES) else None
+
+
+def shutdown_telemetry(timeout_ms: int | None = None) -> ShutdownReport:
+    """Shut down the process's telemetry within ``timeout_ms``; a no-op report if none is set up."""
+    telemetry = _ACTIVE
+    if telemetry is None:
+        return ShutdownReport(0.0, False)
+    return telemetry.shutdown(timeout_ms)

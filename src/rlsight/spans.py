@@ -1,0 +1,581 @@
+"""Span helpers: the gate first, then OpenTelemetry.
+
+Every helper tests its group against the enabled set before it builds a name, an attribute
+dict or touches OpenTelemetry; a disabled helper returns one shared, stateless no-op whose
+``with`` costs two method calls. Enabled helpers stamp the wire vocabulary: ``rl.span_group``,
+``rl.bucket`` (leaf spans), ``thread.id``. Attribute keyword arguments without a dot are put
+under ``rl.`` (``batch_size=8`` becomes ``rl.batch_size``); pass dotted keys with
+``**{"gen_ai.request.model": m}``.
+
+Telemetry never changes the user's exception: a failing block is recorded on its span (error
+status ``"Type: message"``) and re-raised unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Mapping
+from types import TracebackType
+from typing import Any, Final, TypeVar, cast
+
+from opentelemetry import context as _context
+from opentelemetry import trace as _trace
+from opentelemetry.trace import Span, Status, StatusCode
+
+from rlsight import runtime as _runtime
+from rlsight.buckets import Bucket, _bucket_override, _per_prompt
+from rlsight.errors import warn_once
+from rlsight.groups import _GATE, RL
+
+__all__ = [
+    "REDACTED_KEYS",
+    "declare_efficiency_categories",
+    "declared_efficiency_categories",
+    "efficiency_span",
+    "job_span",
+    "load_model_span",
+    "setup_span",
+    "span",
+    "startup_span",
+    "step_span",
+    "traced",
+    "umbrella_span",
+    "umbrella_traced",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Last dotted segments whose values are replaced by ``"<redacted>"``: content, not counts.
+REDACTED_KEYS: Final = frozenset({
+    "prompt", "prompts", "completion", "completions", "token", "tokens", "secret", "secrets",
+    "password", "passwords", "api_key", "authorization",
+})
+_REDACTED: Final = "<redacted>"
+_SCALARS: Final = (str, bool, int, float)
+_INVALID: Final = _trace.INVALID_SPAN
+_PER_PROMPT: Final = RL.PER_PROMPT
+
+
+class _NoopSpan:
+    """What a disabled helper returns: a context manager that does nothing, shared by all."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> Span:
+        return _INVALID
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    async def __aenter__(self) -> Span:
+        return _INVALID
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+_NOOP: Final = _NoopSpan()
+
+
+def _clean_attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in attributes.items():
+        if value is None:
+            continue
+        full = key if "." in key else "rl." + key
+        if full.rsplit(".", 1)[-1].lower() in REDACTED_KEYS:
+            out[full] = _REDACTED
+        elif isinstance(value, _SCALARS):
+            out[full] = value
+        elif isinstance(value, (list, tuple)) and all(isinstance(v, _SCALARS) for v in value):
+            out[full] = tuple(value)
+        elif hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
+            out[full] = value.item()
+        else:
+            warn_once(
+                f"span-attr-type:{full}",
+                f"rlsight: span attribute {full!r} has type {type(value).__name__}; attributes "
+                "must be str, bool, int, float or a list of those. It is dropped",
+                stacklevel=4,
+            )
+    return out
+
+
+class _LiveSpan:
+    """An enabled span: started on enter, ended on exit, context attached in between."""
+
+    __slots__ = ("_attrs", "_bucket", "_category", "_group", "_name", "_span", "_token")
+
+    def __init__(
+        self,
+        group: str,
+        name: str,
+        attrs: Mapping[str, Any] | None,
+        *,
+        umbrella: bool = False,
+        bucket: Bucket | None = None,
+        category: str | None = None,
+    ) -> None:
+        self._group = group
+        self._name = name
+        self._attrs = attrs
+        self._category = category
+        if umbrella:
+            self._bucket = None
+        elif bucket is not None:
+            self._bucket = bucket
+        else:
+            meta = _GATE.groups.get(group)
+            self._bucket = meta.bucket if meta is not None else None
+            if self._bucket is not None:
+                self._bucket = _bucket_override.get() or self._bucket
+        self._span: Span | None = None
+        self._token: object = None
+
+    def start(self) -> Span | None:
+        """Start the span without attaching it (generator wrappers attach per resume)."""
+        rt = _runtime._ACTIVE
+        if rt is None:
+            return None
+        try:
+            group = self._group
+            if _per_prompt.get():
+                if _PER_PROMPT not in _GATE.enabled:
+                    return None
+                group = _PER_PROMPT
+            attrs = _clean_attributes(self._attrs) if self._attrs else {}
+            attrs["rl.span_group"] = group
+            attrs["thread.id"] = threading.get_native_id()
+            if self._bucket is not None:
+                attrs["rl.bucket"] = self._bucket.value
+            if self._category is not None:
+                attrs["rl.efficiency.category"] = self._category
+            self._span = rt.tracer.start_span(self._name, attributes=attrs)
+        except Exception as exc:
+            rt.report_internal_error("span-start", exc)
+            return None
+        return self._span
+
+    def __enter__(self) -> Span:
+        span = self.start()
+        if span is None:
+            return _INVALID
+        self._token = _context.attach(_trace.set_span_in_context(span))
+        return span
+
+    def finish(self, exc: BaseException | None) -> None:
+        """Record ``exc`` (an :class:`Exception` only) and end the span."""
+        span = self._span
+        if span is None:
+            return
+        if isinstance(exc, Exception):
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        span.end()
+        if self._category is not None:
+            rt = _runtime._ACTIVE
+            start, end = getattr(span, "start_time", None), getattr(span, "end_time", None)
+            if rt is not None and start is not None and end is not None:
+                rt.add_efficiency_seconds(self._category, (end - start) / 1e9)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._span is None:
+            return None
+        try:
+            self.finish(exc)
+        finally:
+            token, self._token = self._token, None
+            if token is not None:
+                _context.detach(token)  # type: ignore[arg-type]
+        return None
+
+    async def __aenter__(self) -> Span:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return self.__exit__(exc_type, exc, tb)
+
+
+def span(group: str, name: str, /, *, concurrent: bool = False, **attributes: Any) -> _LiveSpan | _NoopSpan:
+    """A span of ``group`` named ``name``, as a sync or async context manager.
+
+    Yields the OpenTelemetry span (a non-recording one when the group is off), so
+    ``s.set_attribute(...)`` works either way. The span's bucket is its group's, or that of
+    an enclosing :func:`~rlsight.buckets.bucket_scope`.
+
+    Args:
+        group: A registered span group (``RL.GENERATION``...).
+        name: A literal, lowercase dotted name (``"rl.rollout.generate"``); keep IDs out of
+            it, they belong in attributes. ``rlsight check`` reads names from the source.
+        concurrent: The work overlaps other work of its timeline (async fan-out); it is
+            tagged ``rl.concurrent=true`` and never partitions wall time.
+        **attributes: Scalars or lists of scalars; content keys are redacted.
+    """
+    if group not in _GATE.enabled:
+        return _NOOP
+    if concurrent:
+        attributes["rl.concurrent"] = True
+    return _LiveSpan(group, name, attributes)
+
+
+def umbrella_span(group: str, name: str, /, **attributes: Any) -> _LiveSpan | _NoopSpan:
+    """A structural span (job, step, rollout, startup...) that carries no bucket.
+
+    Umbrellas give the trace its shape and count towards the depth of their descendants, but
+    never claim wall time themselves: the leaves inside them do.
+    """
+    if group not in _GATE.enabled:
+        return _NOOP
+    return _LiveSpan(group, name, attributes, umbrella=True)
+
+
+def job_span(**attributes: Any) -> _LiveSpan | _NoopSpan:
+    """The run's root span, ``rl.job``; open it once in the driver around everything."""
+    if RL.JOB not in _GATE.enabled:
+        return _NOOP
+    return _LiveSpan(RL.JOB, "rl.job", attributes, umbrella=True)
+
+
+def startup_span() -> _LiveSpan | _NoopSpan:
+    """``rl.startup``: the umbrella over everything before step 1 (Ray init, workers, fill)."""
+    if RL.STARTUP not in _GATE.enabled:
+        return _NOOP
+    return _LiveSpan(RL.STARTUP, "rl.startup", None, umbrella=True)
+
+
+class _StepSpan(_LiveSpan):
+    __slots__ = ("_step",)
+
+    def __init__(self, step: int, attrs: Mapping[str, Any]) -> None:
+        super().__init__(RL.STEP, "rl.step", attrs, umbrella=True)
+        self._step = step
+
+    def start(self) -> Span | None:
+        rt = _runtime._ACTIVE
+        if rt is not None:
+            rt.current_step = self._step
+        return super().start()
+
+
+def step_span(step: int, /, **attributes: Any) -> _LiveSpan | _NoopSpan:
+    """``rl.step`` with the int attribute ``rl.step``: one training step on the controller.
+
+    Also sets the runtime's current step, which the metrics tee reads.
+    """
+    rt = _runtime._ACTIVE
+    if RL.STEP not in _GATE.enabled:
+        if rt is not None:
+            rt.current_step = int(step)
+        return _NOOP
+    attributes["step"] = int(step)
+    return _StepSpan(int(step), attributes)
+
+
+def load_model_span(backend: str, /, **attributes: Any) -> _LiveSpan | _NoopSpan:
+    """``rl.worker.load_model``, opened in the worker itself (the driver cannot see inside).
+
+    Args:
+        backend: What loads the weights (``"megatron"``, ``"dtensor"``, ``"vllm"``...), recorded
+            as ``rl.backend`` so backends can be compared.
+    """
+    if RL.SETUP not in _GATE.enabled:
+        return _NOOP
+    attributes["backend"] = backend
+    return _LiveSpan(RL.SETUP, "rl.worker.load_model", attributes, umbrella=True)
+
+
+class _SetupSpan:
+    """``rl.setup.<phase>`` plus the ``rl.setup.duration{phase}`` histogram."""
+
+    __slots__ = ("_inner", "_phase", "_t0")
+
+    def __init__(self, phase: str) -> None:
+        self._phase = phase
+        self._inner: _LiveSpan | _NoopSpan = (
+            _LiveSpan(RL.SETUP, "rl.setup." + phase, None, umbrella=True)
+            if RL.SETUP in _GATE.enabled else _NOOP
+        )
+        self._t0 = 0.0
+
+    def __enter__(self) -> Span:
+        self._t0 = time.perf_counter()
+        return self._inner.__enter__()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        elapsed = time.perf_counter() - self._t0
+        try:
+            self._inner.__exit__(exc_type, exc, tb)
+        finally:
+            rt = _runtime._ACTIVE
+            if rt is not None:
+                try:
+                    rt.record_setup_duration(self._phase, elapsed)
+                except Exception as err:
+                    rt.report_internal_error("setup-duration", err)
+
+    async def __aenter__(self) -> Span:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+
+def setup_span(phase: str) -> _SetupSpan | _NoopSpan:
+    """``rl.setup.<phase>`` under ``rl.startup``, and its duration on ``rl.setup.duration``.
+
+    Args:
+        phase: A short literal (``"ray"``, ``"workers"``, ``"initial_fill"``); it becomes part
+            of the span name and the ``phase`` metric attribute, so keep it bounded.
+    """
+    if _runtime._ACTIVE is None:
+        return _NOOP
+    return _SetupSpan(phase)
+
+
+# -- efficiency ----------------------------------------------------------------------------
+
+_EFFICIENCY: dict[str, tuple[str, Bucket]] = {}
+_EFFICIENCY_LOCK: Final = threading.Lock()
+
+
+def declare_efficiency_categories(*categories: str) -> None:
+    """Declare the ``<bucket>/<reason>`` categories :func:`efficiency_span` may use.
+
+    Categories are declared up front so docs, dashboards and ``rlsight check`` know the full
+    list; the prefix is the bucket the wait or waste is counted in.
+
+    Raises:
+        ValueError: a category is not ``<bucket>/<reason>`` with a known bucket.
+    """
+    for category in categories:
+        prefix, sep, reason = category.partition("/")
+        if not sep or not reason or prefix not in {b.value for b in Bucket} or "/" in reason:
+            raise ValueError(
+                f"efficiency category {category!r} must look like '<bucket>/<reason>' with "
+                "bucket one of productive, overhead, idle, wasted (e.g. 'idle/buffer_starvation')"
+            )
+        name = "rl.efficiency." + category.replace("/", ".")
+        with _EFFICIENCY_LOCK:
+            _EFFICIENCY[category] = (name, Bucket(prefix))
+
+
+def declared_efficiency_categories() -> tuple[str, ...]:
+    """Every declared category, sorted."""
+    with _EFFICIENCY_LOCK:
+        return tuple(sorted(_EFFICIENCY))
+
+
+def efficiency_span(category: str) -> _LiveSpan | _NoopSpan:
+    """Wrap a wait or wasted work: ``efficiency_span("idle/buffer_starvation")``.
+
+    Wrap only the wait itself (the sleep, the blocking get), never the block around it: any
+    work inside would be counted as waiting too. The span's time also accumulates into the
+    per-step ``rl.efficiency.seconds{category}`` metric.
+    """
+    if RL.EFFICIENCY not in _GATE.enabled:
+        return _NOOP
+    declared = _EFFICIENCY.get(category)
+    if declared is None:
+        warn_once(
+            f"efficiency-undeclared:{category}",
+            f"rlsight: efficiency category {category!r} was never declared; call "
+            f"declare_efficiency_categories({category!r}) at import. The span is skipped",
+            stacklevel=2,
+        )
+        return _NOOP
+    name, bucket = declared
+    return _LiveSpan(RL.EFFICIENCY, name, None, bucket=bucket, category=category)
+
+
+declare_efficiency_categories(
+    "idle/buffer_starvation", "idle/refit_bubble", "idle/generation_wait", "idle/barrier",
+    "wasted/stale_discard", "wasted/aborted_rollout", "wasted/recompute",
+)
+
+
+# -- decorators ----------------------------------------------------------------------------
+
+def _wrap(fn: F, group: str, name: str, attrs: Mapping[str, Any], umbrella: bool) -> F:
+    def live() -> _LiveSpan:
+        return _LiveSpan(group, name, attrs, umbrella=umbrella)
+
+    wrapper: Callable[..., Any]
+    if inspect.isasyncgenfunction(fn):
+        async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
+            agen = fn(*args, **kwargs)
+            if group not in _GATE.enabled:
+                async for item in _forward_async(agen):
+                    yield item
+                return
+            async for item in _traced_async_gen(agen, live()):
+                yield item
+        wrapper = agen_wrapper
+    elif inspect.iscoroutinefunction(fn):
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            if group not in _GATE.enabled:
+                return await fn(*args, **kwargs)
+            with live():
+                return await fn(*args, **kwargs)
+        wrapper = async_wrapper
+    elif inspect.isgeneratorfunction(fn):
+        def gen_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+            gen = fn(*args, **kwargs)
+            if group not in _GATE.enabled:
+                return (yield from gen)
+            return (yield from _traced_gen(gen, live()))
+        wrapper = gen_wrapper
+    else:
+        def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+            if group not in _GATE.enabled:
+                return fn(*args, **kwargs)
+            with live():
+                return fn(*args, **kwargs)
+        wrapper = sync_wrapper
+    return cast(F, functools.wraps(fn)(wrapper))
+
+
+def traced(group: str, name: str | None = None, /, **attributes: Any) -> Callable[[F], F]:
+    """Decorate a sync, async, generator or async-generator function with a span per call.
+
+    The name (default: the function's ``__qualname__``) and attributes are fixed when
+    decorating; the gate is checked on every call. For generators the span covers the whole
+    iteration, and its context is attached around each resume, never across a ``yield``, so
+    a consumer that resumes from another task or thread does not inherit it.
+    """
+
+    def decorate(fn: F) -> F:
+        return _wrap(fn, group, name or fn.__qualname__, attributes, umbrella=False)
+
+    return decorate
+
+
+def umbrella_traced(group: str, name: str | None = None, /, **attributes: Any) -> Callable[[F], F]:
+    """:func:`traced` for umbrella groups: the span structures the trace and has no bucket."""
+
+    def decorate(fn: F) -> F:
+        return _wrap(fn, group, name or fn.__qualname__, attributes, umbrella=True)
+
+    return decorate
+
+
+class _Attached:
+    __slots__ = ("_ctx", "_token")
+
+    def __init__(self, span: Span) -> None:
+        self._ctx = _trace.set_span_in_context(span)
+        self._token: object = None
+
+    def __enter__(self) -> None:
+        self._token = _context.attach(self._ctx)
+
+    def __exit__(self, *exc: object) -> None:
+        _context.detach(self._token)  # type: ignore[arg-type]
+
+
+def _traced_gen(gen: Generator[Any, Any, Any], live: _LiveSpan) -> Generator[Any, Any, Any]:
+    span = live.start()
+    if span is None:
+        return (yield from gen)
+    attached = _Attached(span)
+    error: BaseException | None = None
+    try:
+        send: Any = None
+        throw: BaseException | None = None
+        while True:
+            with attached:
+                try:
+                    item = gen.throw(throw) if throw is not None else gen.send(send)
+                except StopIteration as stop:
+                    return stop.value
+            throw = None
+            try:
+                send = yield item
+            except GeneratorExit:
+                with attached:
+                    gen.close()
+                raise
+            except BaseException as exc:
+                throw = exc
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        live.finish(error)
+
+
+async def _traced_async_gen(agen: AsyncGenerator[Any, Any], live: _LiveSpan) -> AsyncIterator[Any]:
+    span = live.start()
+    if span is None:
+        async for item in _forward_async(agen):
+            yield item
+        return
+    attached = _Attached(span)
+    error: BaseException | None = None
+    try:
+        send: Any = None
+        throw: BaseException | None = None
+        while True:
+            with attached:
+                try:
+                    item = await (agen.athrow(throw) if throw is not None else agen.asend(send))
+                except StopAsyncIteration:
+                    return
+            throw = None
+            try:
+                send = yield item
+            except GeneratorExit:
+                with attached:
+                    await agen.aclose()
+                raise
+            except BaseException as exc:
+                throw = exc
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        live.finish(error)
+
+
+async def _forward_async(agen: AsyncGenerator[Any, Any]) -> AsyncIterator[Any]:
+    """Re-yield ``agen`` faithfully (asend/athrow/aclose pass through)."""
+    send: Any = None
+    throw: BaseException | None = None
+    try:
+        while True:
+            try:
+                item = await (agen.athrow(throw) if throw is not None else agen.asend(send))
+            except StopAsyncIteration:
+                return
+            throw = None
+            try:
+                send = yield item
+            except GeneratorExit:
+                raise
+            except BaseException as exc:
+                throw = exc
+    finally:
+        await agen.aclose()
+

@@ -1,0 +1,66 @@
+"""``manifest.json``: what a run was, written once by the driver at setup."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import sys
+import time
+from dataclasses import asdict
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from rlsight.config import TelemetryConfig
+
+#: Version of the on-disk layout (folders, file naming, manifest keys). Readers check it.
+STORE_FORMAT: Final = 1
+SUPPORTED_STORE_FORMATS: Final = frozenset({1})
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def write_manifest(config: TelemetryConfig, *, started_ns: int) -> Path:
+    """Write ``<run_dir>/manifest.json`` atomically and return its path."""
+    run_dir = config.run_path
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg = asdict(config)
+    cfg["resource_attributes"] = dict(config.resource_attributes)
+    manifest = {
+        "store_format": STORE_FORMAT,
+        "run_id": config.run_id,
+        "started_unix_ns": started_ns,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started_ns / 1e9)),
+        "algorithm": config.algorithm,
+        "config": cfg,
+        "versions": {
+            name: _version(name)
+            for name in ("rlsight", "opentelemetry-sdk", "ray", "vllm", "sglang")
+        } | {"python": platform.python_version()},
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "argv": list(sys.argv),
+    }
+    path = run_dir / "manifest.json"
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_manifest(run_dir: Path | str) -> dict[str, Any] | None:
+    """The run's manifest, or ``None`` if it has none (a worker-only folder) or it is unreadable."""
+    path = Path(run_dir) / "manifest.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None

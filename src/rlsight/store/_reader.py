@@ -1,0 +1,200 @@
+"""Read a run's store back: spans and metric points as flat records.
+
+Bad input loses nothing: a line that is not JSON (a process killed mid-write), or JSON that
+is not an OTLP request, is skipped and reported with ``file:line``; every other record of
+that file and of the run is still returned.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlsight.errors import StoreError
+from rlsight.store._schema import AttributeValue, SkippedRecord, SpanRecord
+
+__all__ = ["MetricPoint", "MetricReadResult", "SpanReadResult", "read_metrics", "read_spans"]
+
+
+@dataclass(frozen=True, slots=True)
+class SpanReadResult:
+    """Every span of a run, plus the lines that could not be read."""
+
+    spans: list[SpanRecord]
+    skipped: list[SkippedRecord] = field(default_factory=list)
+    files: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MetricPoint:
+    """One metric data point. ``value`` for gauges and sums; the histogram fields otherwise."""
+
+    name: str
+    kind: str  # "gauge" | "sum" | "histogram"
+    unit: str
+    time_ns: int
+    start_time_ns: int
+    attributes: Mapping[str, AttributeValue]
+    resource: Mapping[str, AttributeValue]
+    value: float | int | None = None
+    count: int = 0
+    sum: float = 0.0
+    bucket_counts: tuple[int, ...] = ()
+    explicit_bounds: tuple[float, ...] = ()
+    is_monotonic: bool = False
+    temporality: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MetricReadResult:
+    """Every metric point of a run, plus the lines that could not be read."""
+
+    points: list[MetricPoint]
+    skipped: list[SkippedRecord] = field(default_factory=list)
+    files: int = 0
+
+
+def _number(raw: object) -> float:
+    if isinstance(raw, str):
+        return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}.get(raw) or float(raw)
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        return float(raw)
+    raise ValueError(f"not a number: {raw!r}")
+
+
+def _value(v: Mapping[str, Any]) -> AttributeValue:
+    if "stringValue" in v:
+        return str(v["stringValue"])
+    if "intValue" in v:
+        return int(v["intValue"])
+    if "doubleValue" in v:
+        return _number(v["doubleValue"])
+    if "boolValue" in v:
+        return bool(v["boolValue"])
+    if "arrayValue" in v:
+        return tuple(_value(x) for x in v["arrayValue"].get("values", []))  # type: ignore[misc]
+    raise ValueError(f"unsupported attribute value {v!r}")
+
+
+def _attributes(kvs: list[Mapping[str, Any]] | None) -> dict[str, AttributeValue]:
+    return {kv["key"]: _value(kv.get("value", {})) for kv in (kvs or [])}
+
+
+def _store_files(run_dir: Path, kind: str) -> list[Path]:
+    if not run_dir.is_dir():
+        raise StoreError(f"run folder {run_dir} does not exist; pass the folder a run wrote "
+                         "(default ./rlsight-runs/<run_id>)")
+    folder = run_dir / kind
+    return sorted(folder.glob("*.jsonl")) if folder.is_dir() else []
+
+
+def _lines(path: Path, skipped: list[SkippedRecord]) -> Iterator[tuple[int, Any]]:
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        skipped.append(SkippedRecord(str(path), 0, f"cannot open: {exc.strerror}"))
+        return
+    with handle:
+        for lineno, raw in enumerate(handle, 1):
+            if not raw.strip():
+                continue
+            try:
+                yield lineno, json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                what = "truncated line" if not raw.endswith(b"\n") else "not JSON"
+                skipped.append(SkippedRecord(str(path), lineno, f"{what} ({exc})"))
+
+
+def _read(
+    run_dir: Path | str, kind: str, parse: Callable[[Any, list[Any]], None]
+) -> tuple[list[Any], list[SkippedRecord], int]:
+    files = _store_files(Path(run_dir), kind)
+    out: list[Any] = []
+    skipped: list[SkippedRecord] = []
+    for path in files:
+        for lineno, request in _lines(path, skipped):
+            batch: list[Any] = []
+            try:
+                parse(request, batch)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                skipped.append(SkippedRecord(str(path), lineno, f"not an OTLP {kind} request ({exc!r})"))
+                continue
+            out.extend(batch)
+    return out, skipped, len(files)
+
+
+def _parse_spans(request: Any, out: list[SpanRecord]) -> None:
+    for rs in request["resourceSpans"]:
+        resource = _attributes(rs.get("resource", {}).get("attributes"))
+        for ss in rs.get("scopeSpans", []):
+            for s in ss.get("spans", []):
+                status = s.get("status") or {}
+                out.append(SpanRecord(
+                    trace_id=s["traceId"],
+                    span_id=s["spanId"],
+                    parent_span_id=s.get("parentSpanId") or None,
+                    name=s["name"],
+                    start_ns=int(s["startTimeUnixNano"]),
+                    end_ns=int(s["endTimeUnixNano"]),
+                    attributes=_attributes(s.get("attributes")),
+                    resource=resource,
+                    status_code=int(status.get("code", 0)),
+                    status_message=str(status.get("message", "")),
+                    kind=int(s.get("kind", 1)),
+                ))
+
+
+def read_spans(run_dir: Path | str) -> SpanReadResult:
+    """Every span in ``<run_dir>/traces/*.jsonl``, in file order.
+
+    Raises:
+        StoreError: ``run_dir`` does not exist.
+    """
+    spans, skipped, files = _read(run_dir, "traces", _parse_spans)
+    return SpanReadResult(spans, skipped, files)
+
+
+def _parse_metrics(request: Any, out: list[MetricPoint]) -> None:
+    for rm in request["resourceMetrics"]:
+        resource = _attributes(rm.get("resource", {}).get("attributes"))
+        for sm in rm.get("scopeMetrics", []):
+            for m in sm.get("metrics", []):
+                for kind in ("gauge", "sum", "histogram"):
+                    if kind in m:
+                        break
+                else:
+                    continue
+                data = m[kind]
+                for p in data.get("dataPoints", []):
+                    common: dict[str, Any] = {
+                        "name": m["name"], "kind": kind, "unit": m.get("unit", ""),
+                        "time_ns": int(p["timeUnixNano"]),
+                        "start_time_ns": int(p.get("startTimeUnixNano", 0)),
+                        "attributes": _attributes(p.get("attributes")), "resource": resource,
+                        "temporality": int(data.get("aggregationTemporality", 0)),
+                        "is_monotonic": bool(data.get("isMonotonic", False)),
+                    }
+                    if kind == "histogram":
+                        out.append(MetricPoint(
+                            **common, count=int(p.get("count", 0)), sum=_number(p.get("sum", 0)),
+                            bucket_counts=tuple(int(c) for c in p.get("bucketCounts", [])),
+                            explicit_bounds=tuple(_number(b) for b in p.get("explicitBounds", [])),
+                        ))
+                    elif "asInt" in p:
+                        out.append(MetricPoint(**common, value=int(p["asInt"])))
+                    else:
+                        out.append(MetricPoint(**common, value=_number(p["asDouble"])))
+
+
+def read_metrics(run_dir: Path | str) -> MetricReadResult:
+    """Every metric point in ``<run_dir>/metrics/*.jsonl``, in file order.
+
+    Raises:
+        StoreError: ``run_dir`` does not exist.
+    """
+    points, skipped, files = _read(run_dir, "metrics", _parse_metrics)
+    return MetricReadResult(points, skipped, files)

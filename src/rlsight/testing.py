@@ -67,6 +67,8 @@ class Capture:
 
     def metrics(self) -> list[CapturedPoint]:
         """Metric points collected so far (collecting drains delta instruments)."""
+        from opentelemetry.sdk.metrics.export import HistogramDataPoint, NumberDataPoint
+
         data = self._metrics.get_metrics_data()
         if data is not None:
             for rm in data.resource_metrics:
@@ -74,11 +76,11 @@ class Capture:
                     for metric in sm.metrics:
                         for p in metric.data.data_points:
                             attrs = dict(p.attributes or {})
-                            if hasattr(p, "count"):
+                            if isinstance(p, HistogramDataPoint):
                                 self._points.append(CapturedPoint(
                                     metric.name, attrs, count=p.count, sum=p.sum, unit=metric.unit or ""
                                 ))
-                            else:
+                            elif isinstance(p, NumberDataPoint):
                                 self._points.append(
                                     CapturedPoint(metric.name, attrs, value=p.value, unit=metric.unit or "")
                                 )

@@ -1,0 +1,470 @@
+"""Engine readers: real prometheus_client registries and a real aiohttp /metrics server."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+from aiohttp import web
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
+
+from rlsight.engines import (
+    EngineFlavor,
+    EngineHistogram,
+    EngineMetricsReader,
+    EngineSeries,
+    EngineSnapshot,
+)
+from rlsight.errors import RlsightWarning
+
+PROMPT = EngineSeries("rl.engine.prompt_tokens")
+GENERATION = EngineSeries("rl.engine.generation_tokens")
+HITS = EngineSeries("rl.engine.prefix_cache.hits")
+TTFT = EngineSeries("rl.engine.time_to_first_token")
+LABELS = ["model_name", "engine"]
+
+
+class FakeVllm:
+    """A registry holding series under vLLM's real names and label layout."""
+
+    def __init__(self, engines: tuple[str, ...] = ("0",)) -> None:
+        self.registry = CollectorRegistry()
+        self.engines = engines
+        r = self.registry
+        self.prompt = Counter("vllm:prompt_tokens", "prefill tokens", LABELS, registry=r)
+        self.generation = Counter("vllm:generation_tokens", "generated", LABELS, registry=r)
+        self.success = Counter(
+            "vllm:request_success", "finished", [*LABELS, "finished_reason"], registry=r
+        )
+        self.ttft = Histogram(
+            "vllm:time_to_first_token_seconds", "ttft", LABELS, buckets=[0.1, 1.0], registry=r
+        )
+        self.running = Gauge("vllm:num_requests_running", "running", LABELS, registry=r)
+        for engine in engines:
+            for reason in ("stop", "length", "abort"):
+                self.success.labels("m", engine, reason)
+
+    def generate(self, tokens: int, engine: str = "0") -> None:
+        self.generation.labels("m", engine).inc(tokens)
+
+
+def reader_for(fake: FakeVllm) -> EngineMetricsReader:
+    return EngineMetricsReader.from_registry(fake.registry, flavor="vllm")
+
+
+class TestCounters:
+    def test_delta_is_what_the_counter_gained_between_snapshots(self) -> None:
+        fake = FakeVllm()
+        fake.generate(100)
+        reader = reader_for(fake)
+        before = reader.snapshot()
+        fake.generate(42)
+        assert reader.delta(before, reader.snapshot())[GENERATION] == 42.0
+
+    def test_labels_not_kept_are_summed_over_engines(self) -> None:
+        fake = FakeVllm(engines=("0", "1"))
+        reader = reader_for(fake)
+        before = reader.snapshot()
+        fake.generate(10, engine="0")
+        fake.generate(5, engine="1")
+        assert reader.delta(before, reader.snapshot())[GENERATION] == 15.0
+
+    def test_finish_reason_label_becomes_an_attribute_of_the_delta(self) -> None:
+        fake = FakeVllm()
+        reader = reader_for(fake)
+        before = reader.snapshot()
+        fake.success.labels("m", "0", "stop").inc(9)
+        fake.success.labels("m", "0", "length").inc(1)
+        delta = reader.delta(before, reader.snapshot())
+        success = "rl.engine.request.success"
+        assert delta[EngineSeries(success, (("rl.engine.finish_reason", "stop"),))] == 9.0
+        assert delta[EngineSeries(success, (("rl.engine.finish_reason", "length"),))] == 1.0
+        assert delta[EngineSeries(success, (("rl.engine.finish_reason", "abort"),))] == 0.0
+
+    def test_series_the_engine_does_not_expose_is_absent_not_zero(self) -> None:
+        fake = FakeVllm()
+        reader = reader_for(fake)
+        delta = reader.delta(reader.snapshot(), reader.snapshot())
+        assert HITS not in delta
+        assert EngineSeries("rl.engine.preemptions") not in delta
+
+    def test_series_that_appears_between_snapshots_counts_from_zero(self) -> None:
+        fake = FakeVllm()
+        reader = reader_for(fake)
+        before = reader.snapshot()
+        fake.prompt.labels("m", "0").inc(7)
+        assert reader.delta(before, reader.snapshot())[PROMPT] == 7.0
+
+    def test_counter_reset_gives_the_new_value_not_a_negative_delta(self) -> None:
+        old, restarted = FakeVllm(), FakeVllm()
+        old.generate(1000)
+        restarted.generate(30)
+        prev = reader_for(old).snapshot()
+        cur = reader_for(restarted).snapshot()
+        assert EngineMetricsReader.delta(prev, cur)[GENERATION] == 30.0
+
+    def test_a_reset_on_one_engine_does_not_hide_in_the_sum_over_engines(self) -> None:
+        """Deltas are taken per engine series before summing, so a restart is seen."""
+        before_fake = FakeVllm(engines=("0", "1"))
+        before_fake.generate(100, engine="0")
+        before_fake.generate(100, engine="1")
+        after_fake = FakeVllm(engines=("0", "1"))
+        after_fake.generate(150, engine="0")
+        after_fake.generate(20, engine="1")  # engine 1 restarted and made 20
+        prev, cur = reader_for(before_fake).snapshot(), reader_for(after_fake).snapshot()
+        assert EngineMetricsReader.delta(prev, cur)[GENERATION] == 50.0 + 20.0
+
+
+class TestRenamedSeries:
+    def test_old_name_is_found_when_only_it_is_exposed(self) -> None:
+        registry = CollectorRegistry()
+        hits = Counter("vllm:gpu_prefix_cache_hits", "old name", registry=registry)
+        reader = EngineMetricsReader.from_registry(registry, flavor="vllm")
+        before = reader.snapshot()
+        hits.inc(12)
+        assert reader.delta(before, reader.snapshot())[HITS] == 12.0
+
+    @pytest.mark.parametrize("old_first", [True, False])
+    def test_series_exposed_under_both_names_is_counted_once_from_the_new_name(
+        self, old_first: bool
+    ) -> None:
+        registry = CollectorRegistry()
+        names = ["vllm:gpu_prefix_cache_hits", "vllm:prefix_cache_hits"]
+        made = {
+            name: Counter(name, "hits", registry=registry)
+            for name in (names if old_first else names[::-1])
+        }
+        old, new = made[names[0]], made[names[1]]
+        reader = EngineMetricsReader.from_registry(registry, flavor="vllm")
+        before = reader.snapshot()
+        old.inc(5)
+        new.inc(5)
+        new.inc(3)  # only the preferred series decides
+        assert reader.delta(before, reader.snapshot())[HITS] == 8.0
+
+    def test_sglang_flavor_reads_sglangs_names(self) -> None:
+        registry = CollectorRegistry()
+        prompt = Counter("sglang:prompt_tokens_total", "prefill", ["model_name"], registry=registry)
+        cached = Counter("sglang:cached_tokens_total", "cached", ["model_name"], registry=registry)
+        reader = EngineMetricsReader.from_registry(registry, flavor="sglang")
+        before = reader.snapshot()
+        prompt.labels("m").inc(100)
+        cached.labels("m").inc(40)
+        delta = reader.delta(before, reader.snapshot())
+        assert delta[PROMPT] == 100.0
+        assert delta[HITS] == 40.0
+        assert delta[EngineSeries("rl.engine.prefix_cache.queries")] == 100.0
+
+
+class TestHistograms:
+    def test_delta_counts_each_bucket_and_the_sum_and_count(self) -> None:
+        fake = FakeVllm()
+        fake.ttft.labels("m", "0").observe(5.0)  # before the baseline: not in the delta
+        reader = reader_for(fake)
+        before = reader.snapshot()
+        for value in (0.05, 0.5, 0.7, 3.0):
+            fake.ttft.labels("m", "0").observe(value)
+        hist = reader.delta(before, reader.snapshot())[TTFT]
+        assert isinstance(hist, EngineHistogram)
+        assert hist.bounds == (0.1, 1.0)
+        assert hist.counts == (1.0, 2.0, 1.0)
+        assert hist.count == 4.0
+        assert hist.sum == pytest.approx(4.25)
+
+    def test_histogram_reset_gives_the_new_state(self) -> None:
+        old, restarted = FakeVllm(), FakeVllm()
+        for value in (0.5, 0.5, 0.5):
+            old.ttft.labels("m", "0").observe(value)
+        restarted.ttft.labels("m", "0").observe(0.05)
+        delta = EngineMetricsReader.delta(reader_for(old).snapshot(), reader_for(restarted).snapshot())
+        hist = delta[TTFT]
+        assert isinstance(hist, EngineHistogram)
+        assert hist.counts == (1.0, 0.0, 0.0)
+        assert hist.count == 1.0
+
+    def test_engines_with_different_buckets_are_left_out_with_a_warning(self) -> None:
+        registry = CollectorRegistry()
+        registry.register(_StaticCollector(_two_engine_ttft(bounds_1=("0.5", "+Inf"))))
+        snap = EngineMetricsReader.from_registry(registry, flavor="vllm").snapshot()
+        with pytest.warns(RlsightWarning, match="different histogram buckets"):
+            delta = EngineMetricsReader.delta(EngineSnapshot({}), snap)
+        assert TTFT not in delta
+
+    def test_engines_with_equal_buckets_are_summed(self) -> None:
+        registry = CollectorRegistry()
+        registry.register(_StaticCollector(_two_engine_ttft(bounds_1=("0.1", "+Inf"))))
+        snap = EngineMetricsReader.from_registry(registry, flavor="vllm").snapshot()
+        hist = EngineMetricsReader.delta(EngineSnapshot({}), snap)[TTFT]
+        assert isinstance(hist, EngineHistogram)
+        assert (hist.counts, hist.count, hist.sum) == ((2.0, 0.0), 2.0, 0.1)
+
+
+class TestFailures:
+    def test_collector_that_raises_gives_none_and_warns(self) -> None:
+        registry = CollectorRegistry()
+        registry.register(_RaisingCollector())
+        reader = EngineMetricsReader.from_registry(registry, flavor="vllm")
+        with pytest.warns(RlsightWarning, match="AssertionError"):
+            assert reader.snapshot() is None
+
+    def test_delta_against_a_failed_read_is_empty(self) -> None:
+        fake = FakeVllm()
+        assert EngineMetricsReader.delta(None, reader_for(fake).snapshot()) == {}
+        assert EngineMetricsReader.delta(reader_for(fake).snapshot(), None) == {}
+
+    def test_read_after_a_failure_starts_a_new_baseline_instead_of_a_stale_one(self) -> None:
+        fake = FakeVllm()
+        raising = _RaisingCollector(armed=False)
+        fake.registry.register(raising)
+        reader = reader_for(fake)
+        assert reader.read_delta() == {}  # first read: the baseline
+        fake.generate(10)
+        assert reader.read_delta()[GENERATION] == 10.0
+        fake.generate(1000)
+        raising.armed = True
+        with pytest.warns(RlsightWarning, match="next read starts a new baseline"):
+            assert reader.read_delta() == {}
+        raising.armed = False
+        fake.generate(1)
+        assert reader.read_delta() == {}  # no delta against the pre-failure baseline
+        fake.generate(2)
+        assert reader.read_delta()[GENERATION] == 2.0
+
+    def test_mapped_series_with_an_unexpected_type_fails_the_read(self) -> None:
+        registry = CollectorRegistry()
+        Gauge("vllm:generation_tokens_total", "a gauge where a counter belongs", registry=registry)
+        reader = EngineMetricsReader.from_registry(registry, flavor="vllm")
+        with pytest.warns(RlsightWarning, match="expected 'counter'"):
+            assert reader.snapshot() is None
+
+    def test_unknown_flavor_name_raises_naming_the_built_in_ones(self) -> None:
+        with pytest.raises(ValueError, match="vllm, sglang"):
+            EngineMetricsReader.from_registry(CollectorRegistry(), flavor="trt")
+
+    def test_custom_flavor_mapping_outside_the_vocabulary_raises(self) -> None:
+        with pytest.raises(ValueError, match=r"unknown series 'rl\.engine\.tokens'"):
+            EngineFlavor("mine", {"rl.engine.tokens": ("mine:tokens_total",)})
+
+
+class TestCustomFlavor:
+    def test_custom_flavor_maps_its_own_names(self) -> None:
+        registry = CollectorRegistry()
+        tokens = Counter("trt:output_tokens", "generated", registry=registry)
+        flavor = EngineFlavor("trt", {"rl.engine.generation_tokens": ("trt:output_tokens_total",)})
+        reader = EngineMetricsReader.from_registry(registry, flavor=flavor)
+        before = reader.snapshot()
+        tokens.inc(3)
+        assert reader.delta(before, reader.snapshot()) == {GENERATION: 3.0}
+
+
+@st.composite
+def _counter_history(draw: st.DrawFn) -> list[tuple[str, int]]:
+    return draw(
+        st.lists(
+            st.tuples(st.sampled_from(["inc", "inc", "inc", "reset"]), st.integers(0, 10_000)),
+            min_size=1,
+            max_size=20,
+        )
+    )
+
+
+class TestDeltaProperties:
+    @settings(max_examples=60, deadline=None)
+    @given(_counter_history())
+    def test_deltas_are_never_negative(self, history: list[tuple[str, int]]) -> None:
+        for delta in _deltas_along(history):
+            assert delta >= 0
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(st.integers(0, 10_000), min_size=1, max_size=20))
+    def test_deltas_without_resets_sum_to_last_minus_first(self, increments: list[int]) -> None:
+        history = [("inc", n) for n in increments]
+        assert sum(_deltas_along(history)) == sum(increments[1:])
+
+
+def _deltas_along(history: list[tuple[str, int]]) -> list[float]:
+    """Apply each op to a real counter, snapshot after each, return successive deltas."""
+    holder = [FakeVllm()]
+    reader = EngineMetricsReader(
+        lambda: holder[0].registry.collect(), flavor="vllm", source="history"
+    )
+    snapshots = []
+    for op, amount in history:
+        if op == "reset":
+            holder[0] = FakeVllm()
+        holder[0].generate(amount)
+        snapshots.append(reader.snapshot())
+    return [
+        float(reader.delta(a, b)[GENERATION]) for a, b in itertools.pairwise(snapshots)
+    ]
+
+
+class TestFromUrl:
+    def test_scraped_text_gives_the_same_delta_as_the_registry(self) -> None:
+        fake = FakeVllm()
+        fake.generate(5)
+        with _metrics_server(lambda: generate_latest(fake.registry)) as url:
+            by_url = EngineMetricsReader.from_url(url, flavor="vllm")
+            by_registry = reader_for(fake)
+            before_url, before_reg = by_url.snapshot(), by_registry.snapshot()
+            fake.generate(17)
+            fake.success.labels("m", "0", "stop").inc(2)
+            fake.ttft.labels("m", "0").observe(0.3)
+            from_url = by_url.delta(before_url, by_url.snapshot())
+            from_registry = by_registry.delta(before_reg, by_registry.snapshot())
+        assert from_url == from_registry
+        assert from_url[GENERATION] == 17.0
+
+    def test_server_that_stalls_past_the_timeout_gives_an_empty_delta(self) -> None:
+        fake = FakeVllm()
+        stall = threading.Event()
+
+        def body() -> bytes:
+            return generate_latest(fake.registry)
+
+        with _metrics_server(body, stall=stall) as url:
+            reader = EngineMetricsReader.from_url(url, flavor="vllm", timeout_s=0.3)
+            assert reader.read_delta() == {}  # baseline
+            stall.set()
+            fake.generate(10)
+            with pytest.warns(RlsightWarning, match="TimeoutError"):
+                assert reader.read_delta() == {}
+            stall.clear()
+            assert reader.read_delta() == {}  # new baseline after the failure
+            fake.generate(4)
+            assert reader.read_delta()[GENERATION] == 4.0
+
+    def test_server_that_trickles_past_the_timeout_gives_an_empty_delta(self) -> None:
+        """Each chunk beats the socket timeout, so only the overall deadline can stop it."""
+        fake = FakeVllm()
+        with _metrics_server(lambda: generate_latest(fake.registry), trickle=True) as url:
+            reader = EngineMetricsReader.from_url(url, flavor="vllm", timeout_s=0.3)
+            with pytest.warns(RlsightWarning, match="TimeoutError"):
+                assert reader.snapshot() is None
+
+    def test_http_error_status_fails_the_read(self) -> None:
+        with _metrics_server(lambda: b"", status=503) as url:
+            reader = EngineMetricsReader.from_url(url, flavor="vllm")
+            with pytest.warns(RlsightWarning, match="HTTPError"):
+                assert reader.snapshot() is None
+
+    def test_unreachable_server_fails_the_read(self) -> None:
+        with _metrics_server(lambda: b"") as url:
+            pass  # the server is gone once the block ends
+        reader = EngineMetricsReader.from_url(url, flavor="vllm", timeout_s=1.0)
+        with pytest.warns(RlsightWarning, match="URLError"):
+            assert reader.snapshot() is None
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+class _RaisingCollector:
+    """A collector that fails the way vLLM's snapshot reader does on an unknown type."""
+
+    def __init__(self, *, armed: bool = True) -> None:
+        self.armed = armed
+
+    def collect(self) -> list[Metric]:
+        if self.armed:
+            raise AssertionError("Unknown metric type untyped")
+        return []
+
+    def describe(self) -> list[Metric]:
+        return []
+
+
+class _StaticCollector:
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> list[Metric]:
+        return self.families
+
+    def describe(self) -> list[Metric]:
+        return []
+
+
+def _two_engine_ttft(bounds_1: tuple[str, ...]) -> list[Metric]:
+    family = Metric("vllm:time_to_first_token_seconds", "ttft", "histogram")
+    for engine, bounds in (("0", ("0.1", "+Inf")), ("1", bounds_1)):
+        for le in bounds:
+            family.add_sample(
+                "vllm:time_to_first_token_seconds_bucket", {"engine": engine, "le": le}, 1.0
+            )
+        family.add_sample("vllm:time_to_first_token_seconds_count", {"engine": engine}, 1.0)
+        family.add_sample("vllm:time_to_first_token_seconds_sum", {"engine": engine}, 0.05)
+    return [family]
+
+
+@contextmanager
+def _metrics_server(
+    body: Callable[[], bytes],
+    *,
+    status: int = 200,
+    stall: threading.Event | None = None,
+    trickle: bool = False,
+) -> Iterator[str]:
+    """Serve ``body()`` at http://127.0.0.1:<free port>/metrics from a thread's event loop.
+
+    ``stall`` set: requests wait until it is cleared. ``trickle``: the body goes out a byte
+    every 50 ms, for at most 3 s.
+    """
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    closing = threading.Event()
+    state: dict[str, object] = {}
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        while stall is not None and stall.is_set():  # hold the request until the test lets go
+            await asyncio.sleep(0.05)
+        if not trickle:
+            return web.Response(body=body(), status=status, content_type="text/plain")
+        response = web.StreamResponse(status=status, headers={"Content-Type": "text/plain"})
+        await response.prepare(request)
+        for byte in body()[:60]:
+            if closing.is_set():
+                break
+            await response.write(bytes([byte]))
+            await asyncio.sleep(0.05)
+        return response
+
+    async def start() -> None:
+        app = web.Application()
+        app.router.add_get("/metrics", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        server = site._server
+        assert server is not None
+        state["runner"] = runner
+        state["port"] = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        ready.set()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(start())
+        loop.run_forever()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    ready.wait(10)
+    try:
+        yield f"http://127.0.0.1:{state['port']}/metrics"
+    finally:
+        closing.set()
+        runner = state["runner"]
+        assert isinstance(runner, web.AppRunner)
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+

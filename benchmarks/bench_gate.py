@@ -1,0 +1,116 @@
+"""What a span costs when its group is off, and what rlsight adds when it is on.
+
+Targets (issue #2): disabled ``span()`` within 3x a bare ``dict.get`` call and at least 20x
+cheaper than OpenTelemetry's own no-op tracer ``start_as_current_span``; enabled ``span()``
+within 1.2x of a raw SDK span through the same processor.
+
+Disabled costs are measured as inline statements (``timeit``), since a wrapper call would
+cost more than what is measured. The enabled span is compared with a raw SDK span twice: bare,
+and carrying the same wire attributes rlsight stamps (``rl.span_group``, ``rl.bucket``,
+``thread.id``), which is what writing it by hand would cost.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _harness import compare, compare_statements, emit_json, parse_args, ratio_table
+
+import rlsight
+from rlsight import RL, TelemetryConfig, span
+
+
+def disabled(quick: bool) -> dict[str, object]:
+    from opentelemetry.trace import NoOpTracer
+
+    namespace: dict[str, object] = {
+        "flags": {"generation": False}, "G": RL.GENERATION, "span": span, "noop": NoOpTracer(),
+    }
+    res = compare_statements(
+        {
+            "dict.get": 'flags.get(G)',
+            "rlsight span() disabled (call)": 'span(G, "rl.rollout.generate")',
+            "rlsight with span() disabled": 'with span(G, "rl.rollout.generate"): pass',
+            "otel no-op with start_as_current_span": 'with noop.start_as_current_span("rl.rollout.generate"): pass',
+        },
+        namespace,
+        number=20_000 if quick else 200_000,
+        rounds=5 if quick else 15,
+    )
+    return ratio_table(
+        "disabled span (telemetry set up, group off)", res,
+        [
+            ("span() call / dict.get (target <= 3)", "rlsight span() disabled (call)", "dict.get"),
+            ("with span() / dict.get", "rlsight with span() disabled", "dict.get"),
+            ("otel no-op with / rlsight with (target >= 20)", "otel no-op with start_as_current_span",
+             "rlsight with span() disabled"),
+        ],
+    )
+
+
+def enabled(quick: bool) -> dict[str, object]:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    run_dir = tempfile.mkdtemp(prefix="rlsight-bench-")
+    tel = rlsight.setup_telemetry(TelemetryConfig(run_dir=run_dir, span_groups=["all"]))
+    try:
+        # The raw SDK spans go through the very same store processor rlsight uses.
+        raw_provider = TracerProvider(shutdown_on_exit=False)
+        for proc in tel._processors:
+            raw_provider.add_span_processor(proc)
+        raw_tracer = raw_provider.get_tracer("bench")
+
+        def raw_sdk() -> None:
+            with raw_tracer.start_as_current_span("rl.rollout.generate"):
+                pass
+
+        def raw_sdk_same_attributes() -> None:
+            with raw_tracer.start_as_current_span(
+                "rl.rollout.generate",
+                attributes={"rl.span_group": "generation", "thread.id": threading.get_native_id(),
+                            "rl.bucket": "productive"},
+            ):
+                pass
+
+        def rlsight_enabled() -> None:
+            with span(RL.GENERATION, "rl.rollout.generate"):
+                pass
+
+        res = compare(
+            {"raw SDK span": raw_sdk, "raw SDK span, same attributes": raw_sdk_same_attributes,
+             "rlsight span() enabled": rlsight_enabled},
+            number=500 if quick else 3_000, rounds=5 if quick else 15, loop_overhead=False,
+        )
+        return ratio_table(
+            "enabled span, same processor (local store)", res,
+            [
+                ("rlsight / raw SDK span with same attributes (target <= 1.2)",
+                 "rlsight span() enabled", "raw SDK span, same attributes"),
+                ("rlsight / bare raw SDK span", "rlsight span() enabled", "raw SDK span"),
+            ],
+        )
+    finally:
+        rlsight.shutdown_telemetry()
+
+
+def main() -> None:
+    args = parse_args()
+    # Disabled path: telemetry is set up, but the generation group is not in the spec.
+    rlsight.setup_telemetry(TelemetryConfig(run_dir=tempfile.mkdtemp(prefix="rlsight-bench-"),
+                                            span_groups=["minimal"]))
+    try:
+        doc_disabled = disabled(args.quick)
+    finally:
+        rlsight.shutdown_telemetry()
+    doc_enabled = enabled(args.quick)
+    if args.json:
+        emit_json([doc_disabled, doc_enabled])
+
+
+if __name__ == "__main__":
+    main()

@@ -106,7 +106,8 @@ def ratio_table(
     lines = [f"## {title}"]
     for r in results.values():
         unit, scale = ("µs", 1e3) if r.per_op_ns >= 1e4 else ("ns", 1.0)
-        lines.append(f"  {r.name:<44} {r.per_op_ns / scale:10.2f} {unit}/op   (IQR {r.spread_ns / scale:.2f})")
+        per_op, iqr = r.per_op_ns / scale, r.spread_ns / scale
+        lines.append(f"  {r.name:<44} {per_op:10.2f} {unit}/op   (IQR {iqr:.2f})")
     out_ratios = {}
     for label, a, b in ratios:
         value = results[a].per_op_ns / results[b].per_op_ns

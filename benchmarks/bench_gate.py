@@ -36,7 +36,8 @@ def disabled(quick: bool) -> dict[str, object]:
             "dict.get": 'flags.get(G)',
             "rlsight span() disabled (call)": 'span(G, "rl.rollout.generate")',
             "rlsight with span() disabled": 'with span(G, "rl.rollout.generate"): pass',
-            "otel no-op with start_as_current_span": 'with noop.start_as_current_span("rl.rollout.generate"): pass',
+            "otel no-op with start_as_current_span":
+                'with noop.start_as_current_span("rl.rollout.generate"): pass',
         },
         namespace,
         number=20_000 if quick else 200_000,

@@ -1,0 +1,84 @@
+"""Guard ``carriers``: trace carriers are sent exactly where they are accepted.
+
+Ray does not carry OpenTelemetry context across an actor call, so the two halves must be
+wired by hand: ``@accepts_trace_context`` on the callee and a carrier at the call site
+(``dispatch_with_trace_context(h.method, ...)``, ``h.method.remote(..., **trace_context_kwargs())``,
+a ``traced_handle``, or a worker-group fan-out that names the method as a string and passes
+the carrier). A decorated method nobody sends a carrier to starts a new trace on every call;
+a carrier sent to an undecorated method is rejected by Ray's signature check (rlsight then
+retries without it and warns, and the callee's spans still start a new trace).
+
+Matching is by method name, the only link static reading has between a handle and a class;
+two classes with a method of the same name share one verdict.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from rlsight.check._ast import CarrierDispatch, CarrierMethod
+from rlsight.check._context import CheckContext, closest, nothing_to_check
+from rlsight.check._model import GuardResult, Violation
+
+__all__ = ["GUARD", "TITLE", "check"]
+
+GUARD = "carriers"
+TITLE = "trace carriers"
+
+
+def check(ctx: CheckContext) -> GuardResult:
+    """Decorated methods are dispatched with a carrier; carriers go to decorated methods."""
+    violations: list[Violation] = []
+    accepted: dict[str, list[CarrierMethod]] = defaultdict(list)
+    for method in ctx.facts.carrier_methods:
+        if not ctx.suppressed(method.module, method.line, GUARD):
+            accepted[method.name].append(method)
+    sent: dict[str, list[CarrierDispatch]] = defaultdict(list)
+    for dispatch in ctx.facts.dispatches:
+        if not ctx.suppressed(dispatch.module, dispatch.line, GUARD):
+            sent[dispatch.target].append(dispatch)
+    if not accepted:
+        violations.append(
+            nothing_to_check(
+                GUARD, ctx.paths_display, "no @accepts_trace_context method was found",
+                "decorate the actor methods that should join the caller's trace, or drop this "
+                "guard from `guards`",
+            )
+        )
+    if not sent:
+        violations.append(
+            nothing_to_check(
+                GUARD, ctx.paths_display, "no call sends a trace carrier",
+                "dispatch with dispatch_with_trace_context(handle.method, ...) or pass "
+                "**trace_context_kwargs() to .remote()",
+            )
+        )
+    if accepted and sent:
+        for name, methods in sorted(accepted.items()):
+            if name in sent:
+                continue
+            for method in methods:
+                violations.append(
+                    Violation(
+                        GUARD, method.module.display, method.line,
+                        f"{method.qualname} accepts a trace carrier ({method.via}) but no call "
+                        "sends it one, so its spans start a new trace",
+                        f"dispatch it with dispatch_with_trace_context(handle.{name}, ...) or "
+                        f"handle.{name}.remote(..., **trace_context_kwargs())",
+                    )
+                )
+        for name, dispatches in sorted(sent.items()):
+            if name in accepted:
+                continue
+            for dispatch in dispatches:
+                violations.append(
+                    Violation(
+                        GUARD, dispatch.module.display, dispatch.line,
+                        f"a trace carrier is sent to {name!r} ({dispatch.via}), but no "
+                        f"@accepts_trace_context method has that name{closest(name, accepted)}",
+                        f"decorate the method {name!r} with @accepts_trace_context (Ray rejects "
+                        "the extra keyword otherwise), or stop sending it a carrier",
+                    )
+                )
+    counts = {"accepting": len(accepted), "dispatched": len(sent)}
+    return GuardResult(GUARD, TITLE, counts, tuple(violations))

@@ -1,0 +1,59 @@
+"""Check that instrumentation, declarations and docs agree (drift guards; never imports the code).
+
+With no arguments, reads ``[tool.rlsight.check]`` from the nearest pyproject.toml: the paths
+to read, the docs folder, excludes and which guards run. Exit codes: 0 no problems, 1
+problems found, 2 unusable input (missing path or docs folder, a file that does not parse,
+bad configuration).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register ``rlsight check``'s flags."""
+    parser.add_argument(
+        "paths", nargs="*", metavar="PATH",
+        help="files or folders to check (default: `paths` from [tool.rlsight.check], else .)",
+    )
+    parser.add_argument("--docs", metavar="DIR", help="docs folder with the span tables (default: docs)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document (schema_version 1)")
+    parser.add_argument(
+        "--guard", action="append", metavar="NAME", dest="guards",
+        help="run only this guard (repeatable); see docs/check.md for the names",
+    )
+    parser.add_argument(
+        "--config", metavar="PYPROJECT", type=Path,
+        help="read [tool.rlsight.check] from this file instead of the nearest pyproject.toml",
+    )
+    parser.add_argument(
+        "--write-docs", "--fix", action="store_true", dest="write_docs",
+        help="rewrite the docs' generated blocks from the live registries, then check",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the check; print the report to stdout, input errors to stderr."""
+    from rlsight.check import CheckInputError, load_check_config, run_check
+
+    try:
+        config = load_check_config(pyproject=args.config).with_overrides(
+            paths=args.paths or None, docs=args.docs, guards=args.guards
+        )
+        report = run_check(config, write_docs=args.write_docs)
+    except CheckInputError as exc:
+        print(f"rlsight check: {exc}", file=sys.stderr)
+        return 2
+    for path in report.docs_written:
+        print(f"rlsight check: rewrote generated blocks in {path}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(report.render())
+    return 0 if report.ok else 1

@@ -3,14 +3,15 @@
 Emitted names come from ``span`` / ``umbrella_span`` (second argument), ``traced`` /
 ``umbrella_traced`` (``name=``, else the decorated function's ``__qualname__``), the fixed
 helpers (``job_span`` -> ``rl.job``, ``step_span`` -> ``rl.step``, ``startup_span`` ->
-``rl.startup``, ``load_model_span`` -> ``rl.worker.load_model``), ``setup_span("x")`` -> ``rl.setup.x`` and ``efficiency_span("idle/x")`` ->
-``rl.efficiency.idle.x``. Both directions are enforced: a documented name nothing emits is
-stale (a rename that updated the code but not the table), which a one-way check misses.
-When the table has a ``group`` column, the emit site's group must match it.
+``rl.startup``, ``load_model_span`` -> ``rl.worker.load_model``), ``setup_span("x")`` ->
+``rl.setup.x`` and ``efficiency_span("idle/x")`` -> ``rl.efficiency.idle.x``. Both
+directions are enforced: a documented name nothing emits is stale (a rename that updated the
+code but not the table), which a one-way check misses. When the table has a ``group``
+column, the emit site's group must match it.
 
 When another project is checked, names whose spelling rlsight itself fixes (``rl.job``,
-``rl.step``, ``rl.startup``, ``rl.worker.load_model``, the built-in efficiency categories) are documented by rlsight's
-docs and need no row in the project's own.
+``rl.step``, ``rl.startup``, ``rl.worker.load_model``, the built-in efficiency categories)
+are documented by rlsight's docs and need no row in the project's own.
 """
 
 from __future__ import annotations

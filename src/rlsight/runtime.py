@@ -230,6 +230,23 @@ class Telemetry:
                 return
             if self._shut_down:
                 raise TelemetryStateError("rlsight telemetry was shut down in this process")
+            try:
+                self._build_providers()
+            except Exception as exc:
+                # A worker whose telemetry cannot start (unwritable run_dir, missing exporter)
+                # keeps running without it: close the gate so later spans cost nothing.
+                self._shut_down = True
+                if _ACTIVE is self:
+                    _groups._deactivate()
+                warn_once(
+                    f"materialize-failed:{os.getpid()}",
+                    f"rlsight: telemetry could not start in this process ({type(exc).__name__}: "
+                    f"{exc}); the run continues without it",
+                )
+                raise
+
+    def _build_providers(self) -> None:
+        with self._lock:
             from opentelemetry.sdk.metrics import MeterProvider
             from opentelemetry.sdk.resources import Resource
             from opentelemetry.sdk.trace import TracerProvider

@@ -856,9 +856,10 @@ class _Collector(ast.NodeVisitor):
         for item in node.items:
             self.visit(item)
             expr = item.context_expr
+            # Later items of one ``with`` are entered inside the earlier ones.
             if isinstance(expr, ast.Call) and self.helper(expr.func) == "per_prompt_scope":
                 entered += 1
-        self.per_prompt_depth += entered
+                self.per_prompt_depth += 1
         for stmt in node.body:
             self.visit(stmt)
         self.per_prompt_depth -= entered
@@ -993,9 +994,9 @@ class _Collector(ast.NodeVisitor):
                 for value in values:
                     self.facts.categories_declared.append(CategoryDeclaration(module, node.lineno, value))
         elif helper == "MetricSpec" and not module.external:
-            self.facts.keys_declared.append(
-                KeyDeclaration(module, node.lineno, self.resolve(_argument(node, 1, "logger_key")))
-            )
+            key = _argument(node, 1, "logger_key")
+            line = node.lineno if key is None else key.lineno
+            self.facts.keys_declared.append(KeyDeclaration(module, line, self.resolve(key)))
         elif helper == "is_span_group_enabled" and not module.external and node.args:
             self.facts.gates.append(GroupGate(module, node.lineno, self.resolve(node.args[0])))
         elif helper == "dispatch_with_trace_context" and not module.external and node.args:

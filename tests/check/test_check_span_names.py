@@ -1,0 +1,110 @@
+"""Guard span-names: emitted names are documented, documented names are emitted."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from _check_support import FixtureProject
+
+TRAINER = "src/minirl/trainer.py"
+DOC = "docs/spans.md"
+
+
+def test_fixture_passes(minirl: FixtureProject) -> None:
+    assert minirl.violations("span-names") == []
+
+
+def test_renamed_emit_site_is_undocumented_and_names_file_and_line(minirl: FixtureProject) -> None:
+    line = minirl.mutate(TRAINER, "setup_span(\"actors\")", "setup_span(\"actor_pool\")")
+    problems = [v.problem for v in minirl.violations("span-names")]
+    assert f"span 'rl.setup.actor_pool' emitted at {TRAINER}:{line} is not documented" in problems
+
+
+def test_undocumented_span_is_reported_against_the_span_table(minirl: FixtureProject) -> None:
+    minirl.mutate(TRAINER, "setup_span(\"actors\")", "setup_span(\"actor_pool\")")
+    undocumented = [v for v in minirl.violations("span-names") if "not documented" in v.problem]
+    assert [(v.path, v.line) for v in undocumented] == [(DOC, None)]
+    assert "add it to the table in docs/spans.md" in undocumented[0].fix
+
+
+def test_renamed_emit_site_leaves_a_stale_row(minirl: FixtureProject) -> None:
+    minirl.mutate(TRAINER, "setup_span(\"actors\")", "setup_span(\"actor_pool\")")
+    row = minirl.line_of(DOC, "`rl.setup.actors`")
+    stale = [v for v in minirl.violations("span-names") if "documented but no checked source" in v.problem]
+    assert [(v.path, v.line) for v in stale] == [(DOC, row)]
+
+
+def test_removed_table_row_fails(minirl: FixtureProject) -> None:
+    row = "| `minirl.sample` | `mini_sample` | productive | sampling in the `Sampler` actor |\n"
+    minirl.mutate(DOC, row, "")
+    problems = [v.problem for v in minirl.violations("span-names")]
+    assert len(problems) == 1
+    assert problems[0].startswith("span 'minirl.sample' emitted at src/minirl/actors.py:")
+
+
+def test_renamed_constant_changes_every_site_using_it(minirl: FixtureProject) -> None:
+    minirl.mutate("src/minirl/names.py", 'TRAIN = "minirl.train"', 'TRAIN = "minirl.update"')
+    problems = [v.problem for v in minirl.violations("span-names")]
+    assert any(p.startswith("span 'minirl.update' emitted at src/minirl/trainer.py:") for p in problems)
+
+
+def test_traced_default_name_is_the_qualname(minirl: FixtureProject) -> None:
+    minirl.mutate("src/minirl/actors.py", "def _score_one(", "def _score_single(")
+    minirl.mutate("src/minirl/actors.py", "self._score_one(c)", "self._score_single(c)")
+    problems = [v.problem for v in minirl.violations("span-names")]
+    assert any("'Scorer._score_single'" in p and "not documented" in p for p in problems)
+
+
+def test_group_column_mismatch_is_reported_at_the_emit_site(minirl: FixtureProject) -> None:
+    line = minirl.mutate(TRAINER, "span(RL.TRAINING, Names.TRAIN)", "span(RL.OPTIMIZER, Names.TRAIN)")
+    [violation] = minirl.violations("span-names")
+    assert (violation.path, violation.line) == (TRAINER, line)
+    assert "under group 'optimizer'" in violation.problem
+    assert "documents it under 'training'" in violation.problem
+
+
+def test_runtime_built_name_cannot_be_checked(minirl: FixtureProject) -> None:
+    line = minirl.mutate(TRAINER, "span(RL.TRAINING, Names.TRAIN)", "span(RL.TRAINING, f\"minirl.{step}\")")
+    violations = [v for v in minirl.violations("span-names") if v.line == line]
+    assert len(violations) == 1
+    assert "cannot tell which name" in violations[0].problem
+
+
+def test_ignore_comment_silences_one_line(minirl: FixtureProject) -> None:
+    minirl.mutate(
+        TRAINER,
+        "with span(RL.TRAINING, Names.TRAIN):",
+        "with span(RL.TRAINING, f\"minirl.{step}\"):  # rlsight: ignore[span-names]",
+    )
+    minirl.mutate(DOC, "| `minirl.train` | `training` | productive | the policy update |\n", "")
+    assert minirl.violations("span-names") == []
+
+
+def test_placeholder_row_must_match_an_emitted_name(minirl: FixtureProject) -> None:
+    text = (minirl.root / DOC).read_text()
+    extra = "\n| span |\n|---|\n| `rl.setup.<phase>` |\n| `minirl.<gone>.x` |\n"
+    (minirl.root / DOC).write_text(text + extra)
+    [violation] = minirl.violations("span-names")
+    assert "'minirl.<gone>.x'" in violation.problem
+
+
+def test_table_inside_code_fence_is_not_documentation(minirl: FixtureProject) -> None:
+    text = (minirl.root / DOC).read_text()
+    (minirl.root / DOC).write_text("```\n" + text + "```\n")
+    problems = [v.problem for v in minirl.violations("span-names")]
+    assert problems == ["found nothing to check: no span table in the docs"]
+
+
+def test_no_emit_sites_is_a_violation(fixture_project: Callable[[str], FixtureProject]) -> None:
+    project = fixture_project("minirl")
+    for name in ("trainer.py", "actors.py"):
+        (project.root / "src/minirl" / name).unlink()
+    problems = [v.problem for v in project.violations("span-names")]
+    assert "found nothing to check: no span is emitted in the checked sources" in problems
+
+
+def test_rlsight_fixed_names_need_no_row_in_a_foreign_project(minirl: FixtureProject) -> None:
+    """rl.job/rl.step/rl.startup are documented by rlsight; a user table need not repeat them."""
+    report = minirl.check(guards=("span-names",))
+    assert report.ok
+    assert "| `rl.step`" not in (minirl.root / DOC).read_text()

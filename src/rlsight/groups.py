@@ -193,10 +193,31 @@ def register_span_groups(
                     + (" with a different definition" if owner == namespace else "")
                     + f"; namespace {namespace!r} must pick another name"
                 )
+        # A spec names groups, presets and namespaces alike, so one name must mean one thing:
+        # a group called like a preset would silently replace the preset in every spec.
+        namespaces = set(_REGISTRY.namespaces) | {namespace}
+        if namespace not in _REGISTRY.namespaces and (
+            namespace in _GATE.groups or namespace in _REGISTRY.presets
+        ):
+            raise SpanGroupError(
+                f"namespace {namespace!r} has the name of a registered span group or preset; "
+                "a spec could not tell them apart: pick another namespace"
+            )
+        for group in groups:
+            if group.name in namespaces or group.name in _REGISTRY.presets:
+                raise SpanGroupError(
+                    f"span group {group.name!r} of namespace {namespace!r} has the name of a "
+                    "namespace or preset; a spec could not tell them apart: pick another name"
+                )
         known = set(_GATE.groups) | {g.name for g in groups} | set(_REGISTRY.presets) | set(preset_members)
         for preset, members in preset_members.items():
-            if preset == ALL or preset in _GATE.groups or preset in {g.name for g in groups}:
-                raise SpanGroupError(f"preset {preset!r} clashes with a group or the wildcard")
+            if (
+                preset == ALL or preset in _GATE.groups or preset in {g.name for g in groups}
+                or preset in namespaces
+            ):
+                raise SpanGroupError(
+                    f"preset {preset!r} clashes with a group, a namespace or the wildcard"
+                )
             prev = _REGISTRY.presets.get(preset)
             if prev is not None and prev != (namespace, members):
                 raise SpanGroupError(

@@ -1,0 +1,25 @@
+"""Where did the time go: goodput rollup, fleets, stragglers, startup, volume, wasted work.
+
+Import this package explicitly (it needs numpy, from the ``analysis`` extra)::
+
+    from rlsight.analysis import analyze_run
+    report = analyze_run("rlsight-runs/7f3a91c2")
+    print(report.summary.goodput_pct)
+
+The result is a plain :class:`~rlsight.analysis.model.RunReport`; ``report.to_dict()`` is the
+``rlsight report --json`` document. ``docs/goodput.md`` defines every number.
+"""
+
+from __future__ import annotations
+
+from rlsight.analysis._run import analyze_columns, analyze_run, analyze_spans
+from rlsight.analysis.model import SCHEMA_VERSION, Buckets, RunReport
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Buckets",
+    "RunReport",
+    "analyze_columns",
+    "analyze_run",
+    "analyze_spans",
+]

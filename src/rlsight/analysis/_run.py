@@ -1,0 +1,190 @@
+"""Run every analysis over one run's spans and assemble the :class:`RunReport`."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlsight.analysis._steps import find_steps
+from rlsight.analysis._table import SpanTable, build_table
+from rlsight.analysis.engine import engine_throughput
+from rlsight.analysis.fleets import fleets
+from rlsight.analysis.goodput import (
+    contributors,
+    partition_timelines,
+    run_partition,
+    step_buckets,
+    step_goodput_pct,
+    step_summary,
+)
+from rlsight.analysis.hotspots import top_spans
+from rlsight.analysis.model import RunReport, RunSummary, StepRollup
+from rlsight.analysis.startup import startup
+from rlsight.analysis.stragglers import DEFAULT_K, stragglers
+from rlsight.analysis.volume import volume
+from rlsight.analysis.wasted import wasted
+from rlsight.errors import StoreError
+from rlsight.store import MetricPoint, SkippedRecord, SpanRecord, read_manifest, read_metrics
+from rlsight.store._columnar import SpanColumns, read_span_columns, span_columns_from_records
+
+__all__ = ["analyze_columns", "analyze_run", "analyze_spans", "per_step_catalog"]
+
+#: How many skipped records the report quotes (the count is always complete).
+_SKIPPED_EXAMPLES = 5
+
+
+def per_step_catalog() -> dict[str, bool]:
+    """Every span group registered in this process -> whether ``per_step`` includes it."""
+    from rlsight.groups import registered_groups, registered_presets
+
+    members: set[str] = set()
+    for name, (_, groups) in registered_presets().items():
+        if name == "per_step":
+            members.update(groups)
+    return {name: name in members for name in registered_groups()}
+
+
+def _most_common(values: Iterable[object]) -> str | None:
+    counts = Counter(str(v) for v in values if v is not None)
+    return min(counts, key=lambda v: (-counts[v], v)) if counts else None
+
+
+def _notes(table: SpanTable, controllers: Sequence[int], missing_numbers: int) -> list[str]:
+    notes = []
+    cols = table.cols
+    if not len(controllers):
+        notes.append("no rl.step spans: per-step rollup unavailable and the run partition is all "
+                     "unattributed; enable the 'step' span group (it is in every preset)")
+    elif len(controllers) > 1:
+        notes.append(f"rl.step spans on {len(controllers)} timelines (a restarted driver, or "
+                     "several controller threads); the run partition overlays them")
+    if missing_numbers:
+        notes.append(f"{missing_numbers} rl.step span(s) without the rl.step attribute (shown as step -1)")
+    if table.orphans:
+        notes.append(f"{table.orphans} span(s) whose parent is not in the store (lost or still "
+                     "open at the end); their depth counts the missing parent as one level")
+    if table.cycles:
+        notes.append(f"{table.cycles} span(s) on a parent cycle (corrupt ids); treated as roots")
+    if table.duplicates:
+        notes.append(f"{table.duplicates} duplicate span record(s) (same trace and span id) ignored")
+    if cols.invalid_buckets:
+        notes.append(f"{cols.invalid_buckets} span(s) with an unknown rl.bucket value, treated as "
+                     "unbucketed; valid values: productive, overhead, idle, wasted")
+    backwards = int((cols.end < cols.start).sum())
+    if backwards:
+        notes.append(f"{backwards} span(s) end before they start (clock step); counted as zero length")
+    return notes
+
+
+def analyze_columns(
+    cols: SpanColumns,
+    *,
+    skipped: Sequence[SkippedRecord] = (),
+    files: int = 0,
+    manifest: Mapping[str, Any] | None = None,
+    metrics: Iterable[MetricPoint] = (),
+    per_step: Mapping[str, bool] | None = None,
+    k: float = DEFAULT_K,
+) -> RunReport:
+    """Analyse a run already read into columns.
+
+    Args:
+        cols: The spans, from :func:`rlsight.store._columnar.read_span_columns` or records.
+        skipped: Records the reader skipped (counted and quoted in the summary).
+        files: Number of trace files read.
+        manifest: The run's ``manifest.json``, for the run id and algorithm.
+        metrics: Metric points, for engine throughput.
+        per_step: Group -> in ``per_step`` (default: this process's registry).
+        k: Straggler threshold in MADs.
+
+    Raises:
+        ValueError: ``cols`` holds no span, or ``k`` is not positive.
+    """
+    if len(cols) == 0:
+        raise ValueError("no spans to analyse; a run writes them to <run_dir>/traces/*.jsonl")
+    table = build_table(cols)
+    steps = find_steps(table)
+    controllers = np.unique(steps.timeline)
+    part = partition_timelines(table, steps)
+    run = run_partition(table, part, steps, controllers)
+    per_step_buckets = step_buckets(part, steps)
+    waste = wasted(table, part, steps)
+    counts = np.bincount(steps.of_span[steps.of_span >= 0], minlength=len(steps))
+    rows = [
+        StepRollup(
+            index=r, step=int(steps.number[r]), timeline=table.timelines[int(steps.timeline[r])],
+            start_unix_ns=int(steps.start[r]), buckets=per_step_buckets[r],
+            superseded=bool(steps.superseded[r]), wasted_fleet_ns=waste.by_step_ns[r],
+            spans=int(counts[r]),
+        )
+        for r in range(len(steps))
+    ]
+    resources = cols.resources
+    manifest = manifest or {}
+    summary = RunSummary(
+        run_id=str(manifest["run_id"]) if manifest.get("run_id") else _most_common(
+            r.get("rl.run.id") for r in resources),
+        algorithm=str(manifest["algorithm"]) if manifest.get("algorithm") else _most_common(
+            r.get("rl.algorithm") for r in resources),
+        start_unix_ns=run.start,
+        end_unix_ns=run.end,
+        buckets=run.buckets,
+        goodput_pct=100.0 * run.buckets.fraction("productive"),
+        step_goodput_pct=step_goodput_pct(per_step_buckets, steps.superseded),
+        steps=len(steps),
+        controller_timelines=[table.timelines[int(t)] for t in controllers],
+        spans=len(table),
+        processes=len(resources),
+        timelines=len(table.timelines),
+        files=files,
+        skipped=len(skipped),
+        skipped_examples=[str(s) for s in skipped[:_SKIPPED_EXAMPLES]],
+    )
+    return RunReport(
+        summary=summary,
+        steps=rows,
+        step_summary=step_summary(per_step_buckets),
+        top=contributors(table, part, steps),
+        startup=startup(table, steps, run.start, run.end),
+        fleets=fleets(table, part, run),
+        stragglers=stragglers(table, steps, k=k),
+        volume=volume(table, steps, per_step_catalog() if per_step is None else per_step),
+        wasted=waste,
+        top_spans=top_spans(table),
+        engine=engine_throughput(metrics, steps),
+        notes=_notes(table, [int(c) for c in controllers], steps.missing_numbers),
+    )
+
+
+def analyze_spans(spans: Iterable[SpanRecord], **options: Any) -> RunReport:
+    """Analyse in-memory :class:`SpanRecord` objects (options as :func:`analyze_columns`)."""
+    return analyze_columns(span_columns_from_records(spans), **options)
+
+
+def analyze_run(
+    run_dir: Path | str,
+    *,
+    k: float = DEFAULT_K,
+    progress: Callable[[int, int], None] | None = None,
+) -> RunReport:
+    """Read ``run_dir`` (spans, metrics, manifest) and analyse it.
+
+    Raises:
+        StoreError: ``run_dir`` does not exist or holds no readable span.
+        ValueError: ``k`` is not positive.
+    """
+    cols, skipped, files = read_span_columns(run_dir, progress=progress)
+    if len(cols) == 0:
+        raise StoreError(
+            f"no spans in {Path(run_dir) / 'traces'} ({files} file(s), {len(skipped)} skipped "
+            "record(s)); is this a run folder, and did the run enable telemetry?"
+        )
+    metrics = read_metrics(run_dir)
+    return analyze_columns(
+        cols, skipped=[*skipped, *metrics.skipped], files=files,
+        manifest=read_manifest(run_dir), metrics=metrics.points, k=k,
+    )

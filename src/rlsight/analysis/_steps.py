@@ -1,0 +1,103 @@
+"""Steps: the ``rl.step`` spans, restarts, and which step every other span belongs to.
+
+A span belongs to the step of its nearest ``rl.step`` ancestor (the trace says so). A span
+with no step ancestor (another trace: a collector thread, an engine request, a worker's own
+root span) belongs to the step whose window contains its start, else to the next step if it
+ends inside (it started a little early: clock skew between hosts), else to none (startup,
+gaps between steps, after the last step, or an enclosing span such as ``rl.job``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from rlsight.analysis._table import STEP_SPAN, SpanTable
+from rlsight.store._columnar import NO_STEP
+
+__all__ = ["Steps", "find_steps"]
+
+I64 = NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class Steps:
+    """The step spans in start order (a *row* is a position in this order)."""
+
+    span: I64
+    """Table index of each step span."""
+    number: I64
+    """The ``rl.step`` attribute; -1 where a step span lacks it."""
+    start: I64
+    end: I64
+    timeline: I64
+    superseded: NDArray[np.bool_]
+    """A later step has the same or a lower number: this attempt was redone after a restart."""
+    restarts: int
+    """Consecutive steps whose number did not increase."""
+    of_span: I64
+    """Step row of every table span, or -1."""
+    missing_numbers: int
+
+    def __len__(self) -> int:
+        return len(self.span)
+
+    @property
+    def wall(self) -> I64:
+        """Wall time of each step, in nanoseconds."""
+        out: I64 = np.maximum(self.end - self.start, 0)
+        return out
+
+
+def _superseded(number: I64) -> NDArray[np.bool_]:
+    """Whether any later step (in start order) has a number <= this step's."""
+    n = len(number)
+    later_min = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    if n > 1:
+        later_min[:-1] = np.minimum.accumulate(number[::-1])[::-1][1:]
+    return np.asarray(later_min <= number, dtype=np.bool_)
+
+
+def _by_time(start: I64, end: I64, span_start: I64, span_end: I64) -> I64:
+    """Step row by time: the window containing the span's start, else the next one it ends in."""
+    n = len(start)
+    row = np.searchsorted(start, span_start, side="right") - 1
+    inside = (row >= 0) & (span_start < end[np.maximum(row, 0)])
+    nxt = row + 1
+    following = np.minimum(nxt, n - 1)
+    ends_in = (nxt < n) & (span_end > start[following]) & (span_end <= end[following])
+    return np.where(inside, row, np.where(ends_in, nxt, -1)).astype(np.int64)
+
+
+def find_steps(table: SpanTable) -> Steps:
+    """Find the step spans, detect restarts, and attribute every span to a step."""
+    cols = table.cols
+    step_name = table.name_id(STEP_SPAN)
+    idx = np.flatnonzero(cols.name == step_name) if step_name >= 0 else np.zeros(0, np.int64)
+    raw = cols.step_no[idx]
+    number = np.where(raw == NO_STEP, -1, raw)
+    order = np.lexsort((idx, number, cols.start[idx]))
+    idx, number = idx[order], number[order]
+    start, end = cols.start[idx], np.maximum(cols.end[idx], cols.start[idx])
+    of_span = np.full(len(table), -1, dtype=np.int64)
+    if len(idx):
+        row_of = np.full(len(table), -1, dtype=np.int64)
+        row_of[idx] = np.arange(len(idx))
+        anchored = table.step_anchor >= 0
+        of_span[anchored] = row_of[table.step_anchor[anchored]]
+        free = np.flatnonzero(~anchored)
+        of_span[free] = _by_time(start, end, cols.start[free], cols.end[free])
+    restarts = int((number[1:] <= number[:-1]).sum()) if len(number) > 1 else 0
+    return Steps(
+        span=idx,
+        number=number,
+        start=start,
+        end=end,
+        timeline=table.timeline[idx],
+        superseded=_superseded(number),
+        restarts=restarts,
+        of_span=of_span,
+        missing_numbers=int((raw == NO_STEP).sum()),
+    )

@@ -1,0 +1,251 @@
+"""The span table every analysis reads: canonical order, parents, depths, steps, timelines.
+
+:class:`SpanTable` wraps the store's columns with what the trace tree implies. Spans are put
+in one canonical order (timeline, start, longest first, trace id, span id) and deduplicated
+by (trace id, span id), so every result is independent of the order spans had in the files.
+Processes and traces are numbered in sorted order of their ids for the same reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from rlsight.analysis.model import Timeline
+from rlsight.store._columnar import SpanColumns
+from rlsight.store._schema import AttributeValue
+
+__all__ = ["STEP_SPAN", "Rank", "SpanTable", "build_table"]
+
+I64 = NDArray[np.int64]
+
+STEP_SPAN: Final = "rl.step"
+#: Pointer-jumping rounds: enough for trees 2**48 deep; more means a parent cycle.
+_MAX_JUMPS: Final = 48
+
+
+@dataclass(frozen=True, slots=True)
+class Rank:
+    """Who a process is: worker group and rank (``driver``/0 for the controller)."""
+
+    worker_group: str
+    rank: int
+    devices: int
+
+
+@dataclass(slots=True)
+class SpanTable:
+    """Columns in canonical order plus the derived per-span arrays.
+
+    ``parent[i]`` is the index of span ``i``'s parent in this table, or -1 (a root, or a
+    parent that is not in the store: an *orphan*). ``depth[i]`` counts ancestors; a missing
+    parent counts as one, so an orphan is never mistaken for a root. ``step_anchor[i]`` is
+    the nearest ``rl.step`` span among ``i`` and its ancestors, or -1.
+    """
+
+    cols: SpanColumns
+    timeline: I64
+    timelines: list[Timeline]
+    timeline_process: I64
+    parent: I64
+    depth: I64
+    step_anchor: I64
+    ranks: list[Rank]
+    """One per process (index = process number)."""
+    orphans: int
+    cycles: int
+    duplicates: int
+
+    def __len__(self) -> int:
+        return len(self.cols.start)
+
+    @property
+    def duration(self) -> I64:
+        """Span durations, clamped at zero for a span whose clock stepped backwards."""
+        out: I64 = np.maximum(self.cols.end - self.cols.start, 0)
+        return out
+
+    def name_id(self, name: str) -> int:
+        """Interned id of span name ``name``, or -1 if no span has it."""
+        try:
+            return self.cols.names.index(name)
+        except ValueError:
+            return -1
+
+    def resource(self, process: int) -> Mapping[str, AttributeValue]:
+        """Resource attributes of process ``process``."""
+        return self.cols.resources[process]
+
+
+def _rank_of(resource: Mapping[str, AttributeValue]) -> Rank:
+    group = resource.get("rl.worker_group", resource.get("service.name", "unknown"))
+    return Rank(str(group), _int(resource.get("rl.rank"), 0), max(0, _int(resource.get("rl.devices"), 1)))
+
+
+def _int(value: object, default: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        return default
+
+
+def _reorder(cols: SpanColumns, order: I64) -> SpanColumns:
+    inverse = np.full(len(cols.start), -1, dtype=np.int64)
+    inverse[order] = np.arange(len(order))
+    return SpanColumns(
+        start=cols.start[order], end=cols.end[order], trace=cols.trace[order],
+        span_id=cols.span_id[order], parent_id=cols.parent_id[order], name=cols.name[order],
+        group=cols.group[order], bucket=cols.bucket[order], concurrent=cols.concurrent[order],
+        process=cols.process[order], thread=cols.thread[order], step_no=cols.step_no[order],
+        batch_size=cols.batch_size[order], prompts=cols.prompts[order], status=cols.status[order],
+        names=cols.names, groups=cols.groups, traces=cols.traces, resources=cols.resources,
+        process_keys=cols.process_keys,
+        kept_attributes={int(inverse[i]): a for i, a in cols.kept_attributes.items()
+                         if inverse[i] >= 0},
+        invalid_buckets=cols.invalid_buckets,
+    )
+
+
+def _renumber(values: I64, keys: list[str]) -> tuple[I64, list[str]]:
+    """Renumber interned ids so that id order is the sorted order of their keys."""
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    mapping = np.empty(max(len(keys), 1), dtype=np.int64)
+    mapping[np.asarray(order, dtype=np.int64)] = np.arange(len(keys))
+    return (mapping[values] if len(values) else values), [keys[i] for i in order]
+
+
+def _find_parents(trace: I64, span_id: NDArray[np.uint64], parent_id: NDArray[np.uint64]) -> I64:
+    """Index of each span's parent (same trace, matching span id), -1 where there is none."""
+    n = len(span_id)
+    parent = np.full(n, -1, dtype=np.int64)
+    has = np.flatnonzero(parent_id != 0)
+    if n == 0 or len(has) == 0:
+        return parent
+    target = parent_id[has]
+    by_id = np.argsort(span_id, kind="stable")
+    ids = span_id[by_id]
+    if not (ids[1:] == ids[:-1]).any():
+        # Span ids are random 64-bit numbers, so they are unique in practice: one search on
+        # the id, then check that the span found is in the same trace.
+        cand = by_id[np.minimum(np.searchsorted(ids, target), n - 1)]
+        found = (span_id[cand] == target) & (trace[cand] == trace[has])
+        parent[has[found]] = cand[found]
+        return parent
+    # Ids repeat across traces: a branchless binary search for the id inside each query's
+    # trace block [lo, hi) of the (trace, id)-sorted order.
+    order = np.lexsort((span_id, trace))
+    sorted_trace, sorted_id = trace[order], span_id[order]
+    lo = np.searchsorted(sorted_trace, trace[has], side="left")
+    hi = np.searchsorted(sorted_trace, trace[has], side="right")
+    pos = lo.copy()
+    step = 1 << int(int((hi - lo).max()).bit_length())
+    while step:
+        probe = pos + step - 1
+        ok = probe < hi
+        ok[ok] = sorted_id[probe[ok]] < target[ok]
+        pos[ok] += step
+        step >>= 1
+    found = pos < hi
+    found[found] = sorted_id[pos[found]] == target[found]
+    parent[has[found]] = order[pos[found]]
+    return parent
+
+
+def _depths(parent: I64, has_parent_id: NDArray[np.bool_]) -> tuple[I64, I64, int]:
+    """Depth of every span by pointer jumping; spans on a parent cycle become roots."""
+    depth = has_parent_id.astype(np.int64)
+    nxt = parent.copy()
+    for _ in range(_MAX_JUMPS):
+        idx = np.flatnonzero(nxt >= 0)
+        if len(idx) == 0:
+            return depth, parent, 0
+        hop = nxt[idx]
+        depth[idx] += depth[hop]
+        nxt[idx] = nxt[hop]
+    cyclic = nxt >= 0
+    parent = np.where(cyclic, -1, parent)
+    depth, parent, _ = _depths(parent, has_parent_id & ~cyclic)
+    return depth, parent, int(cyclic.sum())
+
+
+def _nearest_marked(parent: I64, marked: NDArray[np.bool_]) -> I64:
+    """For each span, the nearest span among itself and its ancestors with ``marked``, or -1."""
+    val = np.where(marked, np.arange(len(parent)), -1)
+    nxt = parent.copy()
+    for _ in range(_MAX_JUMPS):
+        idx = np.flatnonzero((val < 0) & (nxt >= 0))
+        if len(idx) == 0:
+            break
+        hop = nxt[idx]
+        val[idx] = val[hop]
+        nxt[idx] = nxt[hop]
+    return val
+
+
+def _timelines(process: I64, thread: I64) -> tuple[I64, I64, I64]:
+    """Number the unique (process, thread) pairs in sorted order: per-span id, and the pairs."""
+    if len(process) == 0:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty
+    order = np.lexsort((thread, process))
+    p, t = process[order], thread[order]
+    new = np.empty(len(order), dtype=bool)
+    new[0] = True
+    new[1:] = (p[1:] != p[:-1]) | (t[1:] != t[:-1])
+    timeline = np.empty(len(order), dtype=np.int64)
+    timeline[order] = np.cumsum(new) - 1
+    return timeline, p[new], t[new]
+
+
+def build_table(cols: SpanColumns) -> SpanTable:
+    """Canonicalise ``cols`` and derive parents, depths, step anchors, timelines and ranks."""
+    process, process_keys = _renumber(cols.process, cols.process_keys)
+    key_order = sorted(range(len(cols.process_keys)), key=cols.process_keys.__getitem__)
+    trace, traces = _renumber(cols.trace, cols.traces)
+    cols = dataclasses.replace(
+        cols, process=process, process_keys=process_keys, trace=trace, traces=traces,
+        resources=[cols.resources[i] for i in key_order],
+    )
+    timeline, tl_process, tl_thread = _timelines(cols.process, cols.thread)
+    order = np.lexsort((cols.span_id, cols.trace, -cols.end, cols.start, timeline))
+    cols = _reorder(cols, order)
+    timeline = timeline[order]
+    # Deduplicate (trace, span id): keep the first in canonical order.
+    by_id = np.lexsort((np.arange(len(order)), cols.span_id, cols.trace))
+    dup = np.zeros(len(order), dtype=bool)
+    if len(order) > 1:
+        same = (cols.span_id[by_id[1:]] == cols.span_id[by_id[:-1]]) & (
+            cols.trace[by_id[1:]] == cols.trace[by_id[:-1]])
+        dup[by_id[1:][same]] = True
+    duplicates = int(dup.sum())
+    if duplicates:
+        keep = np.flatnonzero(~dup)
+        cols = _reorder(cols, keep)
+        timeline = timeline[keep]
+    parent = _find_parents(cols.trace, cols.span_id, cols.parent_id)
+    has_parent_id = cols.parent_id != 0
+    orphans = int((has_parent_id & (parent < 0)).sum())
+    depth, parent, cycles = _depths(parent, has_parent_id)
+    step_name = cols.names.index(STEP_SPAN) if STEP_SPAN in cols.names else -1
+    step_anchor = _nearest_marked(parent, cols.name == step_name)
+    return SpanTable(
+        cols=cols,
+        timeline=timeline,
+        timelines=[Timeline(process_keys[int(p)], int(t))
+                   for p, t in zip(tl_process, tl_thread, strict=True)],
+        timeline_process=tl_process,
+        parent=parent,
+        depth=depth,
+        step_anchor=step_anchor,
+        ranks=[_rank_of(r) for r in cols.resources],
+        orphans=orphans,
+        cycles=cycles,
+        duplicates=duplicates,
+    )

@@ -1,0 +1,233 @@
+"""The goodput rollup: every second of every timeline assigned to at most one bucketed span.
+
+Per timeline (one process, one thread), at every instant, the deepest active bucketed span
+decides the bucket; depth is the span's depth in the trace tree, so an overhead span nested
+in a productive one wins while it runs, and umbrella ancestors (no bucket) count towards
+depth. Equal-depth overlap (concurrent tasks on one event loop) goes to productive, then
+wasted, then overhead, then idle. Spans tagged ``rl.concurrent`` never take part. Time no
+bucketed span covers is *unattributed*, so buckets plus unattributed equal wall time exactly.
+
+The *controller* timelines are those holding ``rl.step`` spans. A step's buckets come from
+its own timeline within its window. The run's buckets come from all controller timelines
+over the run window (several when a restarted driver is a new process): at each instant the
+best bucket any of them shows, with the window of a superseded step (re-run after a restart)
+counted as wasted as a whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from rlsight.analysis._intervals import Cover, max_cover
+from rlsight.analysis._steps import Steps
+from rlsight.analysis._table import SpanTable
+from rlsight.analysis.model import (
+    BUCKET_NAMES,
+    Buckets,
+    Contributor,
+    Stat,
+    StepSummary,
+)
+from rlsight.store._columnar import BUCKET_CODES
+
+__all__ = [
+    "RunPartition",
+    "TimelinePartition",
+    "buckets_from_sums",
+    "combine_labels",
+    "contributors",
+    "label_sums",
+    "partition_timelines",
+    "run_partition",
+    "step_buckets",
+    "step_goodput_pct",
+    "step_summary",
+]
+
+I64 = NDArray[np.int64]
+
+#: Depth weighs more than any bucket priority, so a deeper span always wins.
+_DEPTH_WEIGHT: Final = 4
+_WASTED: Final = BUCKET_CODES["wasted"]
+#: Priority of a superseded step window in the run partition: above every bucket.
+_SUPERSEDED: Final = len(BUCKET_CODES)
+
+
+@dataclass(frozen=True, slots=True)
+class TimelinePartition:
+    """Every timeline cut into segments, each owned by one bucketed span or by none."""
+
+    cover: Cover
+    owner: I64
+    """Table index of the span that decides each segment, or -1 (unattributed)."""
+    label: I64
+    """Bucket code of each segment (see ``BUCKET_CODES``), or -1."""
+    step_lo: I64
+    step_hi: I64
+    """Segment range ``[step_lo[r], step_hi[r])`` of step row ``r`` on its own timeline."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunPartition:
+    """The run window on the controller timelines, as bucket sums."""
+
+    buckets: Buckets
+    start: int
+    end: int
+
+
+def partition_timelines(table: SpanTable, steps: Steps) -> TimelinePartition:
+    """Partition every timeline; step windows become segment boundaries."""
+    cols = table.cols
+    cand = np.flatnonzero((cols.bucket >= 0) & ~cols.concurrent & (cols.end > cols.start))
+    priority = table.depth[cand] * _DEPTH_WEIGHT + cols.bucket[cand].astype(np.int64)
+    cover = max_cover(
+        table.timeline[cand], cols.start[cand], cols.end[cand], priority,
+        np.concatenate((steps.timeline, steps.timeline)), np.concatenate((steps.start, steps.end)),
+    )
+    owner = cover.pick(cand)
+    label = cover.pick(cols.bucket[cand].astype(np.int64))
+    n = len(steps)
+    return TimelinePartition(cover, owner, label, cover.marks[:n], cover.marks[n:])
+
+
+def _prefix(values: I64) -> I64:
+    out = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum(values, out=out[1:])
+    return out
+
+
+def buckets_from_sums(sums: I64, wall: int) -> Buckets:
+    """:class:`Buckets` from per-code sums (idle, overhead, wasted, productive) and the wall."""
+    by_name = {name: int(sums[code]) for name, code in BUCKET_CODES.items()}
+    return Buckets(
+        productive_ns=by_name["productive"], overhead_ns=by_name["overhead"],
+        idle_ns=by_name["idle"], wasted_ns=by_name["wasted"],
+        unattributed_ns=wall - int(sums.sum()), wall_ns=wall,
+    )
+
+
+def step_buckets(part: TimelinePartition, steps: Steps) -> list[Buckets]:
+    """Each step's window partitioned on its own timeline."""
+    length = part.cover.length
+    sums = np.zeros((len(steps), len(BUCKET_CODES)), dtype=np.int64)
+    for code in BUCKET_CODES.values():
+        cum = _prefix(np.where(part.label == code, length, 0))
+        sums[:, code] = cum[part.step_hi] - cum[part.step_lo]
+    wall = steps.wall
+    return [buckets_from_sums(sums[r], int(wall[r])) for r in range(len(steps))]
+
+
+def combine_labels(
+    group: I64, start: I64, end: I64, label: I64, windows: tuple[I64, I64, I64] | None,
+    mark_group: I64, mark_time: I64,
+) -> tuple[Cover, I64]:
+    """Overlay labelled segments of several timelines: the best bucket at each instant wins.
+
+    ``windows`` (group, start, end) are extra intervals that override every bucket and count
+    as wasted (superseded steps). Returns the cover and each of its segments' label.
+    """
+    keep = label >= 0
+    g, s, e, lab = group[keep], start[keep], end[keep], label[keep]
+    if windows is not None:
+        wg, ws, we = windows
+        g = np.concatenate((g, wg))
+        s = np.concatenate((s, ws))
+        e = np.concatenate((e, we))
+        lab = np.concatenate((lab, np.full(len(wg), _SUPERSEDED, dtype=np.int64)))
+    cover = max_cover(g, s, e, lab, mark_group, mark_time)
+    out = cover.pick(lab)
+    return cover, np.where(out == _SUPERSEDED, _WASTED, out)
+
+
+def label_sums(cover: Cover, label: I64, groups: int) -> NDArray[np.int64]:
+    """Nanoseconds per (group, bucket code), shape ``(groups, 4)``."""
+    out = np.zeros((groups, len(BUCKET_CODES)), dtype=np.int64)
+    keep = label >= 0
+    np.add.at(out, (cover.group[keep], label[keep]), cover.length[keep])
+    return out
+
+
+def run_partition(
+    table: SpanTable, part: TimelinePartition, steps: Steps, controllers: I64,
+) -> RunPartition:
+    """The run window on the controller timelines (superseded steps count as wasted)."""
+    cols = table.cols
+    start = int(cols.start.min()) if len(cols.start) else 0
+    end = int(max(cols.end.max(), start)) if len(cols.end) else 0
+    seg = part.cover
+    on_ctl = np.isin(seg.group, controllers)
+    sup = steps.superseded
+    zeros = np.zeros(int(sup.sum()), dtype=np.int64)
+    cover, label = combine_labels(
+        np.zeros(int(on_ctl.sum()), np.int64), seg.start[on_ctl], seg.end[on_ctl],
+        part.label[on_ctl], (zeros, steps.start[sup], steps.end[sup]),
+        np.zeros(2, np.int64), np.asarray([start, end], np.int64),
+    )
+    sums = label_sums(cover, label, 1)[0]
+    return RunPartition(buckets_from_sums(sums, end - start), start, end)
+
+
+def contributors(
+    table: SpanTable, part: TimelinePartition, steps: Steps, *, top: int = 5,
+) -> list[Contributor]:
+    """Per bucket, the span names that decided the most controller time inside steps."""
+    counts = part.step_hi - part.step_lo
+    total = int(counts.sum())
+    if total == 0:
+        return []
+    rows = np.repeat(np.arange(len(steps)), counts)
+    seg = np.repeat(part.step_lo - _prefix(counts)[:-1], counts) + np.arange(total)
+    owner = part.owner[seg]
+    keep = owner >= 0
+    rows, seg, owner = rows[keep], seg[keep], owner[keep]
+    name = table.cols.name[owner]
+    label = part.label[seg]
+    length = part.cover.length[seg]
+    n_names = len(table.cols.names)
+    key = label * n_names + name
+    attributed = np.zeros(len(BUCKET_CODES) * n_names, dtype=np.int64)
+    np.add.at(attributed, key, length)
+    present_pairs = np.unique(key * max(len(steps), 1) + rows)
+    present = np.bincount(present_pairs // max(len(steps), 1), minlength=len(attributed))
+    out: list[Contributor] = []
+    for bucket in BUCKET_NAMES:
+        code = BUCKET_CODES[bucket]
+        block = attributed[code * n_names:(code + 1) * n_names]
+        ranked = sorted(np.flatnonzero(block), key=lambda i: (-int(block[i]), table.cols.names[i]))
+        out.extend(
+            Contributor(table.cols.names[i], bucket, int(block[i]), int(present[code * n_names + i]))
+            for i in ranked[:top]
+        )
+    return out
+
+
+def _stat(values: NDArray[np.int64]) -> Stat:
+    return Stat(float(np.median(values)), float(np.percentile(values, 90)))
+
+
+def step_summary(buckets: list[Buckets]) -> StepSummary | None:
+    """Median and p90 over steps of each bucket, unattributed time and wall time."""
+    if not buckets:
+        return None
+
+    def col(field: str) -> NDArray[np.int64]:
+        return np.asarray([getattr(b, field) for b in buckets], dtype=np.int64)
+
+    return StepSummary(
+        productive=_stat(col("productive_ns")), overhead=_stat(col("overhead_ns")),
+        idle=_stat(col("idle_ns")), wasted=_stat(col("wasted_ns")),
+        unattributed=_stat(col("unattributed_ns")), wall=_stat(col("wall_ns")),
+    )
+
+
+def step_goodput_pct(buckets: list[Buckets], superseded: NDArray[np.bool_]) -> float:
+    """100 * productive time of steps that were kept / wall time of all steps."""
+    wall = sum(b.wall_ns for b in buckets)
+    productive = sum(b.productive_ns for b, s in zip(buckets, superseded, strict=True) if not s)
+    return 100.0 * productive / wall if wall else 0.0
+

@@ -1,0 +1,443 @@
+"""The analysis result: plain, frozen dataclasses that serialise to JSON and back.
+
+Everything ``rlsight report`` prints comes from a :class:`RunReport`, and ``--json`` is
+``RunReport.to_dict()``. Keeping the result a plain data model (no numpy, no handles to the
+spans) is what lets two runs be compared later (``rlsight diff A B``): load two JSON documents
+with :meth:`RunReport.from_dict` and compare field by field.
+
+Durations and timestamps are integer nanoseconds (fields end in ``_ns``), so the identity
+``productive + overhead + idle + wasted + unattributed == wall`` holds exactly, and
+:class:`Buckets` refuses to be built when it does not. Fractions are floats in ``[0, 1]``,
+percentages floats in ``[0, 100]``. ``docs/goodput.md`` defines every field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Final, Union
+
+__all__ = [
+    "BUCKET_NAMES",
+    "SCHEMA_VERSION",
+    "Buckets",
+    "Contributor",
+    "Engine",
+    "EngineStep",
+    "FleetGroup",
+    "Fleets",
+    "GroupVolume",
+    "InsufficientEvidence",
+    "LoadModel",
+    "LoadModelGroup",
+    "PhaseTotal",
+    "RankUsage",
+    "RunReport",
+    "RunSummary",
+    "SetupPhase",
+    "SpanStat",
+    "Startup",
+    "Stat",
+    "StepRollup",
+    "StepSummary",
+    "Straggler",
+    "Stragglers",
+    "Timeline",
+    "Volume",
+    "Wasted",
+    "WastedName",
+]
+
+#: Version of the ``--json`` document. Bump on any change a consumer could notice.
+SCHEMA_VERSION: Final = 1
+
+#: Bucket names in priority order (productive wins an equal-depth overlap, idle loses).
+BUCKET_NAMES: Final = ("productive", "wasted", "overhead", "idle")
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """One thread of one process: where spans run one after another (or nested)."""
+
+    process: str
+    """The process's ``service.instance.id``."""
+    thread: int
+    """The span's ``thread.id`` attribute."""
+
+    def __str__(self) -> str:
+        return f"{self.process}#{self.thread}"
+
+
+@dataclass(frozen=True, slots=True)
+class Buckets:
+    """Wall time split into the four buckets plus what no bucketed span covered.
+
+    Raises:
+        ValueError: a part is negative or the parts do not add up to ``wall_ns``; both mean
+            a bug in the rollup, never bad input.
+    """
+
+    productive_ns: int
+    overhead_ns: int
+    idle_ns: int
+    wasted_ns: int
+    unattributed_ns: int
+    wall_ns: int
+
+    def __post_init__(self) -> None:
+        parts = (self.productive_ns, self.overhead_ns, self.idle_ns, self.wasted_ns,
+                 self.unattributed_ns)
+        if min(parts) < 0 or sum(parts) != self.wall_ns:
+            raise ValueError(
+                f"bucket partition does not add up: {parts} sum to {sum(parts)} ns, wall is "
+                f"{self.wall_ns} ns; this is a bug in rlsight.analysis, please report it"
+            )
+
+    def get(self, bucket: str) -> int:
+        """Nanoseconds of ``bucket`` (one of the four names or ``"unattributed"``)."""
+        return int(getattr(self, f"{bucket}_ns"))
+
+    def fraction(self, bucket: str) -> float:
+        """``bucket``'s share of the wall, 0.0 for an empty wall."""
+        return self.get(bucket) / self.wall_ns if self.wall_ns else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class StepRollup:
+    """One ``rl.step`` span: its wall time partitioned on its own (controller) timeline."""
+
+    index: int
+    """Position among all step spans in start order; unique even when step numbers repeat."""
+    step: int
+    """The span's ``rl.step`` attribute."""
+    timeline: Timeline
+    start_unix_ns: int
+    buckets: Buckets
+    superseded: bool
+    """A later step reused this step number (a restart): this attempt's work was lost."""
+    wasted_fleet_ns: int
+    """Wasted-bucket time on every timeline (all ranks) attributed to this step."""
+    spans: int
+    """Spans attributed to this step (trace ancestry, else time; see docs/goodput.md)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stat:
+    """Median and 90th percentile (linear interpolation) of a per-step quantity."""
+
+    median_ns: float
+    p90_ns: float
+
+
+@dataclass(frozen=True, slots=True)
+class StepSummary:
+    """Distributions over all steps of each bucket, unattributed time and wall time."""
+
+    productive: Stat
+    overhead: Stat
+    idle: Stat
+    wasted: Stat
+    unattributed: Stat
+    wall: Stat
+
+
+@dataclass(frozen=True, slots=True)
+class Contributor:
+    """Time inside steps where spans of this name decided the controller's bucket."""
+
+    name: str
+    bucket: str
+    attributed_ns: int
+    steps_present: int
+
+
+@dataclass(frozen=True, slots=True)
+class SetupPhase:
+    """One ``rl.setup.<phase>`` span before the first step (a bar of the startup waterfall)."""
+
+    phase: str
+    start_offset_ns: int
+    """Start relative to the run's start."""
+    duration_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseTotal:
+    """All spans of one setup phase: summed durations, in order of first start."""
+
+    phase: str
+    duration_ns: int
+    spans: int
+
+
+@dataclass(frozen=True, slots=True)
+class LoadModel:
+    """The longest ``rl.worker.load_model`` span of one rank."""
+
+    worker_group: str
+    rank: int
+    duration_ns: int
+    backend: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class LoadModelGroup:
+    """Model loads of one worker group: the slowest rank decides when the group is ready."""
+
+    worker_group: str
+    ranks: int
+    max_ns: int
+    max_rank: int
+    median_ns: float
+
+
+@dataclass(frozen=True, slots=True)
+class Startup:
+    """Time before the first step, and the phases that explain it."""
+
+    wall_ns: int
+    startup_span_ns: int | None
+    """Duration of the ``rl.startup`` span, if one was recorded."""
+    phases: list[SetupPhase]
+    phase_totals: list[PhaseTotal]
+    unaccounted_ns: int
+    """Startup wall time no ``rl.setup.*`` span covered."""
+    load_model: list[LoadModel]
+    load_model_groups: list[LoadModelGroup]
+
+
+@dataclass(frozen=True, slots=True)
+class RankUsage:
+    """One rank of a worker group over the whole run."""
+
+    worker_group: str
+    rank: int
+    devices: int
+    timelines: int
+    buckets: Buckets
+    """Run wall split by the best bucket on any of the rank's timelines at each instant."""
+    utilisation: float
+    """(productive + overhead + wasted) / run wall: the union of its busy intervals."""
+
+
+@dataclass(frozen=True, slots=True)
+class FleetGroup:
+    """A worker group: device-weighted means over its ranks (fractions of run wall)."""
+
+    worker_group: str
+    ranks: int
+    devices: int
+    utilisation: float
+    productive: float
+    overhead: float
+    wasted: float
+    idle: float
+    unattributed: float
+
+
+@dataclass(frozen=True, slots=True)
+class Fleets:
+    """Per worker group and per rank utilisation."""
+
+    wall_ns: int
+    groups: list[FleetGroup]
+    ranks: list[RankUsage]
+
+
+@dataclass(frozen=True, slots=True)
+class Straggler:
+    """A rank whose span took more than ``k`` MADs longer than its group's median in a step."""
+
+    step_index: int
+    step: int
+    worker_group: str
+    rank: int
+    name: str
+    duration_ns: int
+    median_ns: float
+    mad_ns: float
+    """Median absolute deviation, floored at 1% of the median and 1 µs (see docs/goodput.md)."""
+    excess_mads: float
+
+
+@dataclass(frozen=True, slots=True)
+class InsufficientEvidence:
+    """A (worker group, span name) whose steps could not be judged, and why."""
+
+    worker_group: str
+    name: str
+    reason: str
+    steps: int
+
+
+@dataclass(frozen=True, slots=True)
+class Stragglers:
+    """Straggler findings and the comparisons that had too little evidence."""
+
+    k: float
+    checks: int
+    """(step, span name, worker group) comparisons with enough evidence."""
+    findings: list[Straggler]
+    insufficient: list[InsufficientEvidence]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupVolume:
+    """Span count of one span group, per step."""
+
+    group: str
+    in_per_step: bool | None
+    """Whether the group is in the ``per_step`` preset; ``None`` if it is not registered here."""
+    spans: int
+    outside_steps: int
+    per_step: list[int]
+    flat: bool
+    scales_with_prompts: bool | None
+    """``None`` when there is no usable prompts-per-step signal."""
+    correlation: float | None
+    flagged: bool
+    """In ``per_step`` yet scales with prompts: it breaks the per_step cost contract."""
+
+
+@dataclass(frozen=True, slots=True)
+class Volume:
+    """Spans per group per step and the prompts-per-step signal they are compared with."""
+
+    prompt_signal: str
+    """``rl.prompts`` (attribute on rl.step), ``per_prompt spans`` or ``none``."""
+    prompts_per_step: list[float | None]
+    groups: list[GroupVolume]
+
+
+@dataclass(frozen=True, slots=True)
+class WastedName:
+    """Wasted-bucket spans of one name, all timelines, all steps."""
+
+    name: str
+    spans: int
+    total_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Wasted:
+    """Work that was thrown away: wasted-bucket spans and steps lost to restarts."""
+
+    restarts: int
+    """Times the step number went backwards (or repeated) between consecutive steps."""
+    superseded_steps: list[int]
+    """Indexes of step attempts a later step re-ran."""
+    superseded_wall_ns: int
+    by_step_ns: list[int]
+    """Wasted-bucket time on all timelines, per step index."""
+    by_name: list[WastedName]
+
+
+@dataclass(frozen=True, slots=True)
+class SpanStat:
+    """All spans of one name: total and self time (time not inside a same-thread child)."""
+
+    name: str
+    count: int
+    total_ns: int
+    self_ns: int
+    errors: int
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStep:
+    """Generation tokens the engines reported for one step, and the rate over its wall."""
+
+    step_index: int
+    step: int
+    tokens: float
+    tokens_per_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    """Engine throughput per step, from the run's metrics."""
+
+    metric: str
+    steps: list[EngineStep]
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """The whole run in one line: wall, steps, goodput and where the numbers came from."""
+
+    run_id: str | None
+    algorithm: str | None
+    start_unix_ns: int
+    end_unix_ns: int
+    buckets: Buckets
+    """The run wall partitioned on the controller timelines (superseded steps count wasted)."""
+    goodput_pct: float
+    """100 * productive / run wall."""
+    step_goodput_pct: float
+    """100 * productive / wall, summed over the steps only (startup and gaps excluded)."""
+    steps: int
+    controller_timelines: list[Timeline]
+    spans: int
+    processes: int
+    timelines: int
+    files: int
+    skipped: int
+    skipped_examples: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class RunReport:
+    """Everything ``rlsight report`` knows about one run."""
+
+    summary: RunSummary
+    steps: list[StepRollup]
+    step_summary: StepSummary | None
+    top: list[Contributor]
+    startup: Startup
+    fleets: Fleets
+    stragglers: Stragglers
+    volume: Volume
+    wasted: Wasted
+    top_spans: list[SpanStat]
+    engine: Engine | None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` document: this report as plain dicts, with ``schema_version``."""
+        return {"schema_version": SCHEMA_VERSION, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunReport:
+        """Rebuild a report from :meth:`to_dict` output (for comparing two runs).
+
+        Raises:
+            ValueError: the document's ``schema_version`` is not :data:`SCHEMA_VERSION`.
+        """
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ValueError(
+                f"report document has schema_version {version!r}, this rlsight reads "
+                f"{SCHEMA_VERSION}; regenerate it with this version's `rlsight report --json`"
+            )
+        body = {k: v for k, v in data.items() if k != "schema_version"}
+        return _decode(cls, body)  # type: ignore[no-any-return]
+
+
+def _decode(tp: Any, value: Any) -> Any:
+    """Turn JSON-shaped ``value`` into an instance of type ``tp`` (dataclasses, lists, unions)."""
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        hints = typing.get_type_hints(tp)
+        return tp(**{f.name: _decode(hints[f.name], value[f.name])
+                     for f in dataclasses.fields(tp) if f.name in value})
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        if value is None:
+            return None
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _decode(inner[0], value)
+    if origin is list:
+        (item,) = typing.get_args(tp)
+        return [_decode(item, v) for v in value]
+    return value

@@ -1,0 +1,74 @@
+"""max_cover and covered_length against brute force over elementary segments."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlsight.analysis._intervals import covered_length, max_cover
+
+intervals = st.lists(
+    st.tuples(st.integers(0, 2), st.integers(0, 40), st.integers(0, 40), st.integers(0, 6)),
+    max_size=25,
+)
+
+
+def _arrays(rows: list[tuple[int, int, int, int]]) -> tuple[np.ndarray, ...]:
+    a = np.asarray(rows, dtype=np.int64).reshape(-1, 4)
+    return a[:, 0], a[:, 1], a[:, 2], a[:, 3]
+
+
+@given(intervals, st.lists(st.tuples(st.integers(0, 2), st.integers(0, 40)), max_size=5))
+@settings(max_examples=300, deadline=None)
+def test_max_cover_picks_the_highest_priority_lowest_index_interval(rows, marks):
+    """Each segment's winner is the covering interval a linear scan would pick."""
+    g, s, e, p = _arrays(rows)
+    m = np.asarray(marks, dtype=np.int64).reshape(-1, 2)
+    cover = max_cover(g, s, e, p, m[:, 0], m[:, 1])
+    for k in range(len(cover.start)):
+        lo, hi = cover.start[k], cover.end[k]
+        if hi == lo:
+            continue
+        best = -1
+        for i in range(len(rows)):
+            if g[i] == cover.group[k] and s[i] <= lo and e[i] >= hi and e[i] > s[i]:
+                if best < 0 or p[i] > p[best]:
+                    best = i
+        assert cover.winner[k] == best
+
+
+@given(intervals, st.lists(st.tuples(st.integers(0, 2), st.integers(0, 40)), max_size=5))
+@settings(max_examples=200, deadline=None)
+def test_max_cover_segments_tile_each_group_between_its_points(rows, marks):
+    """Segments of a group are contiguous, so window sums are differences of prefix sums."""
+    g, s, e, p = _arrays(rows)
+    m = np.asarray(marks, dtype=np.int64).reshape(-1, 2)
+    cover = max_cover(g, s, e, p, m[:, 0], m[:, 1])
+    for group in set(cover.group.tolist()):
+        sel = cover.group == group
+        starts, ends = cover.start[sel], cover.end[sel]
+        assert (ends[:-1] == starts[1:]).all()
+        assert ends[-1] == starts[-1]
+    for (mg, mt), seg in zip(m.tolist(), cover.marks.tolist(), strict=True):
+        assert (cover.group[seg], cover.start[seg]) == (mg, mt)
+
+
+def test_max_cover_rejects_negative_priorities():
+    """Priorities are packed with the index; a negative one would corrupt the packing."""
+    one = np.asarray([0], dtype=np.int64)
+    with pytest.raises(ValueError, match="priorities must lie in"):
+        max_cover(one, one, one + 1, one - 1)
+
+
+@given(intervals)
+@settings(max_examples=200, deadline=None)
+def test_covered_length_is_the_union_length_per_group(rows):
+    """The union counts each covered instant once, however many intervals overlap it."""
+    g, s, e, _ = _arrays(rows)
+    got = covered_length(g, s, e, 3)
+    for group in range(3):
+        points = {t for i in range(len(rows)) if g[i] == group
+                  for t in range(int(s[i]), int(e[i]))}
+        assert got[group] == len(points)

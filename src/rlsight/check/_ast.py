@@ -348,14 +348,18 @@ class Project:
     def helper(self, module: SourceModule, func: ast.expr) -> str | None:
         """Which rlsight helper ``func`` is (``"span"``, ``"MetricSpec"``...), or ``None``."""
         qualified = self.qualify(module, func)
-        if qualified is None or "." not in qualified:
-            return None
-        owner, _, attr = qualified.rpartition(".")
-        if attr not in _KNOWN_HELPERS:
-            return None
-        for root in self.helper_roots:
-            if owner == root or owner.startswith(root + "."):
-                return attr
+        for _ in range(8):
+            if qualified is None or "." not in qualified:
+                return None
+            owner, _, attr = qualified.rpartition(".")
+            if attr not in _KNOWN_HELPERS:
+                return None
+            for root in self.helper_roots:
+                if owner == root or owner.startswith(root + "."):
+                    return attr
+            # A checked module that re-exports the helper (``from rlsight import span``).
+            reexporter = self.by_name.get(owner)
+            qualified = None if reexporter is None else reexporter.imports.get(attr)
         return None
 
     def lookup(self, qualified: str, depth: int = 0) -> tuple[SourceModule, ast.expr] | None:

@@ -17,7 +17,7 @@ import functools
 import inspect
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Mapping
+from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from types import TracebackType
 from typing import Any, Final, TypeVar, cast
 
@@ -426,14 +426,39 @@ def _wrap(fn: F, group: str, name: str, attrs: Mapping[str, Any], umbrella: bool
 
     wrapper: Callable[..., Any]
     if inspect.isasyncgenfunction(fn):
+        # An async generator cannot delegate like ``yield from``: ``async for`` over an inner
+        # generator would drop asend() values and throw athrow()/aclose() at the wrapper
+        # instead of the user's generator. So the wrapper drives ``fn``'s generator itself.
         async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
             agen = fn(*args, **kwargs)
-            if group not in _GATE.enabled:
-                async for item in _forward_async(agen):
-                    yield item
-                return
-            async for item in _traced_async_gen(agen, live()):
-                yield item
+            span_cm = live() if group in _GATE.enabled else None
+            started = span_cm.start() if span_cm is not None else None
+            attached: _Attached | _NoopSpan = _Attached(started) if started is not None else _NOOP
+            error: BaseException | None = None
+            try:
+                send: Any = None
+                throw: BaseException | None = None
+                while True:
+                    with attached:
+                        try:
+                            item = await (agen.athrow(throw) if throw is not None else agen.asend(send))
+                        except StopAsyncIteration:
+                            return
+                    throw = None
+                    try:
+                        send = yield item
+                    except GeneratorExit:
+                        with attached:
+                            await agen.aclose()
+                        raise
+                    except BaseException as exc:
+                        throw = exc
+            except BaseException as exc:
+                error = exc
+                raise
+            finally:
+                if span_cm is not None:
+                    span_cm.finish(error)
         wrapper = agen_wrapper
     elif inspect.iscoroutinefunction(fn):
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -526,58 +551,3 @@ def _traced_gen(gen: Generator[Any, Any, Any], live: _LiveSpan) -> Generator[Any
         raise
     finally:
         live.finish(error)
-
-
-async def _traced_async_gen(agen: AsyncGenerator[Any, Any], live: _LiveSpan) -> AsyncIterator[Any]:
-    span = live.start()
-    if span is None:
-        async for item in _forward_async(agen):
-            yield item
-        return
-    attached = _Attached(span)
-    error: BaseException | None = None
-    try:
-        send: Any = None
-        throw: BaseException | None = None
-        while True:
-            with attached:
-                try:
-                    item = await (agen.athrow(throw) if throw is not None else agen.asend(send))
-                except StopAsyncIteration:
-                    return
-            throw = None
-            try:
-                send = yield item
-            except GeneratorExit:
-                with attached:
-                    await agen.aclose()
-                raise
-            except BaseException as exc:
-                throw = exc
-    except BaseException as exc:
-        error = exc
-        raise
-    finally:
-        live.finish(error)
-
-
-async def _forward_async(agen: AsyncGenerator[Any, Any]) -> AsyncIterator[Any]:
-    """Re-yield ``agen`` faithfully (asend/athrow/aclose pass through)."""
-    send: Any = None
-    throw: BaseException | None = None
-    try:
-        while True:
-            try:
-                item = await (agen.athrow(throw) if throw is not None else agen.asend(send))
-            except StopAsyncIteration:
-                return
-            throw = None
-            try:
-                send = yield item
-            except GeneratorExit:
-                raise
-            except BaseException as exc:
-                throw = exc
-    finally:
-        await agen.aclose()
-

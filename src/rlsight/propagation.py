@@ -1,0 +1,489 @@
+"""Trace context across process boundaries: Ray actor calls, tasks, threads and collectors.
+
+Ray does not carry OpenTelemetry context across an actor or task call, so without help every
+span a worker opens starts a trace of its own. The two halves are wired by hand:
+
+* the caller sends a W3C carrier (``traceparent``/``tracestate`` in a dict) as one extra
+  keyword argument: :func:`dispatch_with_trace_context` or
+  ``handle.method.remote(..., **trace_context_kwargs())``;
+* the callee is decorated with :func:`accepts_trace_context`, which pops that keyword and
+  attaches the context for the duration of the call.
+
+The carrier of a span is built once and reused while the span is current, so a fan-out to 64
+actors injects once, not 64 times. A carrier that cannot be read never fails the call: the
+callee warns once and the call runs as a new root. With telemetry off nothing is sent, so
+a disabled run passes no extra keyword at all.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+from collections.abc import AsyncGenerator, Callable, Generator
+from types import TracebackType
+from typing import Any, Final, TypeAlias, TypeVar, cast
+
+from opentelemetry import context as _context
+from opentelemetry import trace as _trace
+from opentelemetry.context import Context
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from rlsight import runtime as _runtime
+from rlsight.errors import warn_once
+
+__all__ = [
+    "TRACE_CONTEXT_KWARG",
+    "TraceCarrier",
+    "accepts_trace_context",
+    "attach_trace_carrier",
+    "current_trace_carrier",
+    "dispatch_with_trace_context",
+    "trace_context_kwargs",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: A W3C trace-context carrier: ``{"traceparent": ..., "tracestate": ...}``. Treat it as
+#: read-only: the same dict is handed to every call made while its span is current.
+TraceCarrier: TypeAlias = dict[str, str]
+
+#: The keyword argument that carries the context into a decorated callee. Private-looking on
+#: purpose (like Ray's own ``_ray_trace_ctx``): it must never collide with a user's argument.
+TRACE_CONTEXT_KWARG: Final = "_rlsight_trace_ctx"
+
+_MARK: Final = "__rlsight_accepts_trace_context__"
+_PROPAGATOR: Final = TraceContextTextMapPropagator()
+
+# Built carriers, by span id (value: trace id, carrier). Cleared when full rather than kept
+# in LRU order: a step opens a bounded number of spans, and a rebuild costs one inject.
+_CARRIER_CACHE_LIMIT: Final = 1024
+_carriers: dict[int, tuple[int, TraceCarrier]] = {}
+
+# Parsed remote spans, by (traceparent, tracestate): an actor called repeatedly with the same
+# carrier (one step's fan-out, a stream) parses it once.
+_remote_spans: dict[tuple[str, str | None], NonRecordingSpan] = {}
+_REMOTE_CACHE_LIMIT: Final = 256
+
+# W3C Trace Context level 1 (https://www.w3.org/TR/trace-context/). A future version may
+# append fields after the flags; version 00 may not, and version ff is forbidden.
+_TRACEPARENT: Final = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
+_TRACEPARENT_MAX: Final = 512
+_TRACESTATE_MAX: Final = 512  # the length W3C asks vendors to propagate; more is "huge"
+_TRACESTATE_MEMBERS_MAX: Final = 32
+_TRACESTATE_MEMBER: Final = re.compile(
+    r"([a-z][_0-9a-z\-*/]{0,255}|[a-z0-9][_0-9a-z\-*/]{0,240}@[a-z][_0-9a-z\-*/]{0,13})"
+    r"=([\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e])"
+)
+_ZERO_TRACE: Final = "0" * 32
+_ZERO_SPAN: Final = "0" * 16
+
+# Set by rlsight.ray in a Ray worker whose worker group was not given explicitly: the first
+# decorated call names the process after its actor class, then clears the hook.
+_first_call_hook: Callable[[tuple[Any, ...]], None] | None = None
+
+
+# -- caller side ---------------------------------------------------------------------------
+
+def current_trace_carrier() -> TraceCarrier | None:
+    """The carrier of the current span, or ``None`` when telemetry is off or no span is open.
+
+    Hand it to work that runs later or elsewhere and outlives the caller's ``with`` block: a
+    long-lived thread, a trajectory collector, a queue consumer. That worker re-attaches it
+    per unit of work with :func:`attach_trace_carrier`, so its spans join the caller's trace.
+
+    The carrier is built once per span and the same dict is returned while that span is
+    current; do not modify it.
+    """
+    if _runtime._ACTIVE is None:
+        return None
+    context = _trace.get_current_span().get_span_context()
+    span_id = context.span_id
+    cached = _carriers.get(span_id)
+    if cached is not None and cached[0] == context.trace_id:
+        return cached[1]
+    if not context.is_valid:
+        return None
+    carrier: TraceCarrier = {}
+    _PROPAGATOR.inject(carrier)
+    if len(_carriers) >= _CARRIER_CACHE_LIMIT:
+        _carriers.clear()
+    _carriers[span_id] = (context.trace_id, carrier)
+    return carrier
+
+
+def trace_context_kwargs() -> dict[str, TraceCarrier]:
+    """Keyword arguments that carry the current trace into a decorated Ray method or task.
+
+    Spread them into the call: ``handle.train.remote(batch, **trace_context_kwargs())``. When
+    telemetry is off, or no span is open, this is ``{}``: a disabled run passes nothing, and a
+    callee that is not decorated is never sent an argument it would reject.
+    """
+    carrier = current_trace_carrier()
+    if carrier is None:
+        return {}
+    return {TRACE_CONTEXT_KWARG: carrier}
+
+
+# Methods known to refuse the carrier (Ray's signature check), by "Class.method" name.
+_undecorated: set[str] = set()
+
+
+def dispatch_with_trace_context(method: Any, /, *args: Any, **kwargs: Any) -> Any:
+    """Call ``method.remote(*args, **kwargs)`` with the current trace carrier added.
+
+    ``method`` is anything with a ``.remote``: ``handle.method``, ``handle.method.options(...)``
+    or a ``@ray.remote`` function. Returns what ``.remote`` returns (an ``ObjectRef``, or an
+    ``ObjectRefGenerator`` for a streaming method).
+
+    Ray validates arguments against the callee's signature when ``.remote`` is called, and
+    raises ``TypeError: got an unexpected keyword argument '_rlsight_trace_ctx'`` for a
+    callee that is not decorated with :func:`accepts_trace_context`. Then the call is
+    retried once without the carrier, a warning names the method (once per method), and later
+    calls to it skip the carrier. Its spans start a trace of their own until it is decorated.
+
+    Raises:
+        TypeError: the arguments do not fit the callee, carrier aside (Ray's own error).
+    """
+    carrier = current_trace_carrier()
+    if carrier is None or TRACE_CONTEXT_KWARG in kwargs:
+        return method.remote(*args, **kwargs)
+    if _undecorated and _method_name(method) in _undecorated:
+        return method.remote(*args, **kwargs)
+    kwargs[TRACE_CONTEXT_KWARG] = carrier
+    try:
+        return method.remote(*args, **kwargs)
+    except TypeError as exc:
+        if repr(TRACE_CONTEXT_KWARG) not in str(exc):
+            raise
+    del kwargs[TRACE_CONTEXT_KWARG]
+    name = _method_name(method)
+    _undecorated.add(name)
+    warn_once(
+        f"undecorated-dispatch:{name}",
+        f"rlsight: {name} does not accept a trace carrier (Ray rejected the "
+        f"{TRACE_CONTEXT_KWARG!r} keyword); it was called without one and its spans start a new "
+        "trace. Decorate it with @rlsight.accepts_trace_context (or its class with "
+        "@rlsight.ray.traced_actor)",
+        stacklevel=2,
+    )
+    return method.remote(*args, **kwargs)
+
+
+def _method_name(method: Any) -> str:
+    """``Class.method`` for an actor method, ``module.function`` for a task, else a qualname."""
+    target = getattr(method, "_actor_method", method)  # handle.method.options(...) wraps it
+    name = getattr(target, "_method_name", None)
+    if isinstance(name, str):
+        actor = getattr(target, "_actor", None)
+        descriptor = getattr(actor, "_ray_actor_creation_function_descriptor", None)
+        cls = getattr(descriptor, "class_name", None)
+        return f"{cls}.{name}" if isinstance(cls, str) and cls else name
+    name = getattr(target, "_function_name", None)  # a @ray.remote function
+    if isinstance(name, str):
+        return name
+    return str(getattr(target, "__qualname__", type(target).__qualname__))
+
+
+# -- callee side ---------------------------------------------------------------------------
+
+def _describe(value: object) -> str:
+    if isinstance(value, str):
+        return repr(value[:60] + "...") if len(value) > 60 else repr(value)
+    return type(value).__name__
+
+
+def _malformed(where: str, reason: str) -> Context:
+    warn_once(
+        f"malformed-carrier:{where}",
+        f"rlsight: {where} received a malformed trace carrier ({reason}); the call runs as a new "
+        "root span. Send carriers built by trace_context_kwargs() or current_trace_carrier()",
+        stacklevel=4,
+    )
+    return _trace.set_span_in_context(_trace.INVALID_SPAN)
+
+
+def _carrier_context(carrier: object, where: str) -> Context | None:
+    """The context to attach for ``carrier``; ``None`` when it carries no trace at all.
+
+    Parsed here rather than by the OpenTelemetry propagator: the carrier crossed a process
+    boundary and may hold anything, and the propagator assumes string values and logs once
+    per call on a bad ``tracestate``, where this warns once per callee and starts a new root.
+    """
+    if not isinstance(carrier, dict):
+        return _malformed(where, f"expected a dict, got {_describe(carrier)}")
+    if not carrier:
+        return None
+    try:
+        parent = carrier.get("traceparent")
+        state = carrier.get("tracestate")
+    except Exception as exc:  # a key with a hostile __eq__: untrusted input, the call must run
+        return _malformed(where, f"unreadable ({type(exc).__name__})")
+    if parent is None:
+        return None  # W3C: without traceparent there is no context (tracestate is ignored)
+    if not isinstance(parent, str):
+        return _malformed(where, f"traceparent is {_describe(parent)}, not a str")
+    if state is not None and not isinstance(state, str):
+        return _malformed(where, f"tracestate is {_describe(state)}, not a str")
+    key = (parent, state)
+    span = _remote_spans.get(key)
+    if span is None:
+        parsed = _parse(parent, state)
+        if isinstance(parsed, str):
+            return _malformed(where, parsed)
+        span = parsed
+        if len(_remote_spans) >= _REMOTE_CACHE_LIMIT:
+            _remote_spans.clear()
+        _remote_spans[key] = span
+    return _trace.set_span_in_context(span)
+
+
+def _parse(parent: str, state: str | None) -> NonRecordingSpan | str:
+    """The remote span of a W3C carrier, or the reason it is malformed."""
+    if len(parent) > _TRACEPARENT_MAX:
+        return f"traceparent of {len(parent)} characters"
+    match = _TRACEPARENT.fullmatch(parent.strip())
+    if match is None:
+        return f"traceparent {_describe(parent)} is not W3C"
+    version, trace_id, span_id, flags, rest = match.groups()
+    if version == "ff" or (version == "00" and rest):
+        return f"traceparent {_describe(parent)} has an invalid version"
+    if trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:
+        return f"traceparent {_describe(parent)} has an all-zero id"
+    pairs: list[tuple[str, str]] = []
+    if state is not None:
+        if len(state) > _TRACESTATE_MAX:
+            return f"tracestate of {len(state)} characters (at most {_TRACESTATE_MAX})"
+        seen: set[str] = set()
+        for raw in state.split(","):
+            member = raw.strip(" \t")
+            if not member:
+                continue
+            m = _TRACESTATE_MEMBER.fullmatch(member)
+            if m is None or m.group(1) in seen:
+                return f"tracestate member {_describe(member)} is invalid or repeated"
+            seen.add(m.group(1))
+            pairs.append((m.group(1), m.group(2)))
+        if len(pairs) > _TRACESTATE_MEMBERS_MAX:
+            return f"tracestate has {len(pairs)} members (at most {_TRACESTATE_MEMBERS_MAX})"
+    return NonRecordingSpan(SpanContext(
+        trace_id=int(trace_id, 16),
+        span_id=int(span_id, 16),
+        is_remote=True,
+        trace_flags=TraceFlags(int(flags, 16)),
+        trace_state=TraceState(pairs) if pairs else None,
+    ))
+
+
+class _CarrierScope:
+    """What :func:`attach_trace_carrier` returns: attach on enter, detach on exit."""
+
+    __slots__ = ("_context", "_token")
+
+    def __init__(self, context: Context | None) -> None:
+        self._context = context
+        self._token: object = None
+
+    def __enter__(self) -> None:
+        if self._context is not None:
+            self._token = _context.attach(self._context)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        token, self._token = self._token, None
+        if token is not None:
+            _context.detach(token)  # type: ignore[arg-type]
+
+
+_NO_SCOPE: Final = _CarrierScope(None)
+
+
+def attach_trace_carrier(carrier: TraceCarrier | None, /) -> _CarrierScope:
+    """Make ``carrier`` the current trace context for a ``with`` block.
+
+    A long-lived worker (a thread, a trajectory collector) receives a carrier once, from
+    :func:`current_trace_carrier`, and enters this around each unit of work, so every span
+    it opens there joins the caller's trace::
+
+        with attach_trace_carrier(carrier):
+            with span(RL.ROLLOUT, "rl.rollout.collect"):
+                ...
+
+    ``None`` or an empty carrier does nothing, and so does any carrier while telemetry is
+    off. A malformed one warns once and the block runs as a new root; it never raises.
+    """
+    if carrier is None or _runtime._ACTIVE is None:
+        return _NO_SCOPE
+    return _CarrierScope(_carrier_context(carrier, "attach_trace_carrier"))
+
+
+def _with_carrier_parameter(fn: Callable[..., Any]) -> inspect.Signature:
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"accepts_trace_context cannot read the signature of {fn!r} ({exc}); decorate a "
+            "plain function or method"
+        ) from exc
+    params = list(signature.parameters.values())
+    carrier = inspect.Parameter(TRACE_CONTEXT_KWARG, inspect.Parameter.KEYWORD_ONLY, default=None)
+    if params and params[-1].kind is inspect.Parameter.VAR_KEYWORD:
+        params.insert(len(params) - 1, carrier)
+    else:
+        params.append(carrier)
+    return signature.replace(parameters=params)
+
+
+def accepts_trace_context(fn: F, /) -> F:
+    """Let a Ray actor method or ``@ray.remote`` function join its caller's trace.
+
+    Works on sync, async, generator and async-generator functions. The wrapper pops the
+    carrier keyword (:data:`TRACE_CONTEXT_KWARG`) and attaches its context for the call; a
+    generator gets it around each resume, never across a ``yield``, because the consumer may
+    resume it from another context. Called without a carrier (telemetry off, a local call),
+    the function runs unchanged.
+
+    Ray checks a call's arguments against the signature of ``inspect.unwrap(method)``, and
+    ``functools.wraps`` points that at the undecorated function, which has no carrier
+    parameter: every call would raise ``TypeError``. So the wrapper advertises the keyword on
+    its ``__signature__`` and drops ``__wrapped__``. Apply it below ``@ray.remote``::
+
+        @ray.remote
+        class Policy:
+            @accepts_trace_context
+            def train(self, batch): ...
+
+    Raises:
+        TypeError: ``fn`` is already a Ray remote function or actor class (decorate the
+            function before ``@ray.remote`` wraps it), or its signature cannot be read.
+    """
+    if getattr(fn, _MARK, False):
+        return fn
+    if hasattr(fn, "remote"):
+        raise TypeError(
+            f"accepts_trace_context got {fn!r}, which Ray already wrapped; put "
+            "@accepts_trace_context below @ray.remote so it decorates the plain function"
+        )
+    if isinstance(fn, (staticmethod, classmethod)):
+        raise TypeError(
+            f"accepts_trace_context got a {type(fn).__name__}; put it below "
+            f"@{type(fn).__name__} so it decorates the function"
+        )
+    signature = _with_carrier_parameter(fn)
+    where = str(getattr(fn, "__qualname__", fn))
+    wrapper = _wrapper_for(fn, where)
+    functools.update_wrapper(wrapper, fn)
+    # Ray reads the signature (and streaming-ness) of inspect.unwrap(method): stop it here.
+    delattr(wrapper, "__wrapped__")
+    wrapper.__signature__ = signature  # type: ignore[attr-defined]
+    setattr(wrapper, _MARK, True)
+    return cast(F, wrapper)
+
+
+def _enter(carrier: object, where: str, args: tuple[Any, ...]) -> Context | None:
+    """Run the first-call hook; the context to attach for ``carrier``, if any."""
+    hook = _first_call_hook
+    if hook is not None:
+        hook(args)
+    if carrier is None or _runtime._ACTIVE is None:
+        return None
+    return _carrier_context(carrier, where)
+
+
+def _wrapper_for(fn: Callable[..., Any], where: str) -> Callable[..., Any]:
+    key = TRACE_CONTEXT_KWARG
+    if inspect.isasyncgenfunction(fn):
+        async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
+            # The forwarding loop lives in the wrapper itself: Ray and inspect must see an
+            # async generator function, and an `async for` over a helper would not pass
+            # asend/athrow through.
+            ctx = _enter(kwargs.pop(key, None), where, args)
+            agen = fn(*args, **kwargs)
+            send: Any = None
+            throw: BaseException | None = None
+            try:
+                while True:
+                    token = _context.attach(ctx) if ctx is not None else None
+                    try:
+                        item = await (agen.athrow(throw) if throw is not None else agen.asend(send))
+                    except StopAsyncIteration:
+                        return
+                    finally:
+                        if token is not None:
+                            _context.detach(token)
+                    throw = None
+                    try:
+                        send = yield item
+                    except GeneratorExit:
+                        raise
+                    except BaseException as exc:  # forwarded into the generator, like `yield from`
+                        throw = exc
+            finally:
+                token = _context.attach(ctx) if ctx is not None else None
+                try:
+                    await agen.aclose()
+                finally:
+                    if token is not None:
+                        _context.detach(token)
+        return agen_wrapper
+    if inspect.iscoroutinefunction(fn):
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            ctx = _enter(kwargs.pop(key, None), where, args)
+            if ctx is None:
+                return await fn(*args, **kwargs)
+            token = _context.attach(ctx)
+            try:
+                return await fn(*args, **kwargs)
+            finally:
+                _context.detach(token)
+        return async_wrapper
+    if inspect.isgeneratorfunction(fn):
+        def gen_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+            ctx = _enter(kwargs.pop(key, None), where, args)
+            gen = fn(*args, **kwargs)
+            if ctx is None:
+                return (yield from gen)
+            return (yield from _attached_gen(gen, ctx))
+        return gen_wrapper
+
+    def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+        ctx = _enter(kwargs.pop(key, None), where, args)
+        if ctx is None:
+            return fn(*args, **kwargs)
+        token = _context.attach(ctx)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _context.detach(token)
+    return sync_wrapper
+
+
+def _attached_gen(gen: Generator[Any, Any, Any], ctx: Context) -> Generator[Any, Any, Any]:
+    """Re-yield ``gen`` with ``ctx`` attached around each resume (send/throw/close pass through)."""
+    send: Any = None
+    throw: BaseException | None = None
+    while True:
+        token = _context.attach(ctx)
+        try:
+            item = gen.throw(throw) if throw is not None else gen.send(send)
+        except StopIteration as stop:
+            return stop.value
+        finally:
+            _context.detach(token)
+        throw = None
+        try:
+            send = yield item
+        except GeneratorExit:
+            token = _context.attach(ctx)
+            try:
+                gen.close()
+            finally:
+                _context.detach(token)
+            raise
+        except BaseException as exc:  # forwarded into the generator, as `yield from` does
+            throw = exc

@@ -1,0 +1,257 @@
+"""``@accepts_trace_context`` outside Ray: the signature it shows, and the context it attaches."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opentelemetry import trace
+
+from rlsight import RL, RlsightWarning, span
+from rlsight.propagation import (
+    TRACE_CONTEXT_KWARG,
+    accepts_trace_context,
+    current_trace_carrier,
+    trace_context_kwargs,
+)
+from rlsight.testing import Capture, capture_telemetry
+
+
+def _current_ids() -> tuple[int, int]:
+    ctx = trace.get_current_span().get_span_context()
+    return ctx.trace_id, ctx.span_id
+
+
+class Worker:
+    @accepts_trace_context
+    def sync(self, x: int, *, scale: int = 1) -> tuple[int, tuple[int, int]]:
+        return x * scale, _current_ids()
+
+    @accepts_trace_context
+    async def coro(self, x: int) -> tuple[int, tuple[int, int]]:
+        await asyncio.sleep(0)
+        return x, _current_ids()
+
+    @accepts_trace_context
+    def gen(self, n: int) -> Iterator[tuple[int, tuple[int, int]]]:
+        for i in range(n):
+            yield i, _current_ids()
+
+    @accepts_trace_context
+    async def agen(self, n: int) -> AsyncIterator[tuple[int, tuple[int, int]]]:
+        for i in range(n):
+            await asyncio.sleep(0)
+            yield i, _current_ids()
+
+    @accepts_trace_context
+    def takes_kwargs(self, **kwargs: Any) -> dict[str, Any]:
+        return kwargs
+
+
+@accepts_trace_context
+def echo(value: object) -> object:
+    return value
+
+
+# -- what Ray sees -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["sync", "coro", "gen", "agen"])
+def test_signature_after_unwrap_accepts_the_carrier_keyword(name: str) -> None:
+    method = getattr(Worker, name)
+    unwrapped = inspect.unwrap(method)
+    assert unwrapped is method
+    inspect.signature(unwrapped).bind(Worker(), 1, **{TRACE_CONTEXT_KWARG: {}})
+
+
+def test_carrier_parameter_goes_before_var_keyword() -> None:
+    params = list(inspect.signature(Worker.takes_kwargs).parameters.values())
+    assert [p.name for p in params] == ["self", TRACE_CONTEXT_KWARG, "kwargs"]
+    assert params[1].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+def test_wrapper_keeps_the_function_kind() -> None:
+    assert inspect.iscoroutinefunction(Worker.coro)
+    assert inspect.isgeneratorfunction(Worker.gen)
+    assert inspect.isasyncgenfunction(Worker.agen)
+    assert not inspect.isgeneratorfunction(Worker.sync)
+
+
+def test_wrapper_keeps_name_doc_and_ray_attributes() -> None:
+    def method(self: object) -> None:
+        """Docs."""
+
+    method.__ray_num_returns__ = 2  # type: ignore[attr-defined]
+    wrapped = accepts_trace_context(method)
+    assert (wrapped.__name__, wrapped.__doc__) == ("method", "Docs.")
+    assert wrapped.__ray_num_returns__ == 2  # type: ignore[attr-defined]
+
+
+def test_decorating_twice_is_a_no_op() -> None:
+    assert accepts_trace_context(Worker.sync) is Worker.sync
+
+
+def test_decorating_a_ray_remote_object_names_the_order_to_use() -> None:
+    class Remote:
+        def remote(self) -> None: ...
+
+    with pytest.raises(TypeError, match=r"below @ray\.remote"):
+        accepts_trace_context(Remote())
+
+
+def test_decorating_a_staticmethod_object_names_the_order_to_use() -> None:
+    with pytest.raises(TypeError, match="below @staticmethod"):
+        accepts_trace_context(staticmethod(echo))  # type: ignore[arg-type]
+
+
+# -- what the call sees --------------------------------------------------------------------
+
+def test_the_carrier_keyword_never_reaches_the_function(capture: Capture) -> None:
+    with span(RL.TRAINING, "rl.test.parent"):
+        received = Worker().takes_kwargs(a=1, **trace_context_kwargs())
+    assert received == {"a": 1}
+
+
+def test_a_sync_call_runs_under_the_carrier(capture: Capture) -> None:
+    with span(RL.TRAINING, "rl.test.parent") as parent:
+        carrier = current_trace_carrier()
+    result, ids = Worker().sync(2, scale=3, **{TRACE_CONTEXT_KWARG: carrier})
+    ctx = parent.get_span_context()
+    assert (result, ids) == (6, (ctx.trace_id, ctx.span_id))
+    assert not trace.get_current_span().get_span_context().is_valid
+
+
+def test_an_async_call_runs_under_the_carrier(capture: Capture) -> None:
+    with span(RL.TRAINING, "rl.test.parent") as parent:
+        carrier = current_trace_carrier()
+    _, ids = asyncio.run(Worker().coro(1, **{TRACE_CONTEXT_KWARG: carrier}))
+    assert ids == (parent.get_span_context().trace_id, parent.get_span_context().span_id)
+
+
+def test_a_generator_has_the_carrier_at_each_resume_but_not_between(capture: Capture) -> None:
+    with span(RL.TRAINING, "rl.test.parent") as parent:
+        carrier = current_trace_carrier()
+    expected = (parent.get_span_context().trace_id, parent.get_span_context().span_id)
+    seen_between = []
+    inside = []
+    for _, ids in Worker().gen(3, **{TRACE_CONTEXT_KWARG: carrier}):
+        inside.append(ids)
+        seen_between.append(_current_ids())
+    assert inside == [expected] * 3
+    assert seen_between == [(0, 0)] * 3
+
+
+def test_an_async_generator_has_the_carrier_at_each_resume_but_not_between(capture: Capture) -> None:
+    with span(RL.TRAINING, "rl.test.parent") as parent:
+        carrier = current_trace_carrier()
+    expected = (parent.get_span_context().trace_id, parent.get_span_context().span_id)
+
+    async def consume() -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        inside, between = [], []
+        async for _, ids in Worker().agen(3, **{TRACE_CONTEXT_KWARG: carrier}):
+            inside.append(ids)
+            between.append(_current_ids())
+        return inside, between
+
+    inside, between = asyncio.run(consume())
+    assert inside == [expected] * 3
+    assert between == [(0, 0)] * 3
+
+
+def test_a_generator_passes_send_and_throw_through(capture: Capture) -> None:
+    @accepts_trace_context
+    def accumulate() -> Iterator[int]:
+        total = 0
+        while True:
+            try:
+                total += yield total
+            except ValueError:
+                total = -1
+
+    with span(RL.TRAINING, "rl.test.parent"):
+        gen = accumulate(**trace_context_kwargs())
+    assert next(gen) == 0
+    assert gen.send(5) == 5
+    assert gen.throw(ValueError("reset")) == -1
+    gen.close()
+
+
+def test_an_async_generator_passes_asend_and_athrow_through(capture: Capture) -> None:
+    @accepts_trace_context
+    async def accumulate() -> AsyncIterator[int]:
+        total = 0
+        while True:
+            try:
+                total += yield total
+            except ValueError:
+                total = -1
+
+    async def drive() -> list[int]:
+        with span(RL.TRAINING, "rl.test.parent"):
+            agen = accumulate(**trace_context_kwargs())
+        out = [await agen.asend(None), await agen.asend(5), await agen.athrow(ValueError("reset"))]
+        await agen.aclose()
+        return out
+
+    assert asyncio.run(drive()) == [0, 5, -1]
+
+
+def test_without_a_carrier_the_call_keeps_the_callers_context(capture: Capture) -> None:
+    with span(RL.TRAINING, "rl.test.parent") as parent:
+        _, ids = Worker().sync(1)
+    assert ids == (parent.get_span_context().trace_id, parent.get_span_context().span_id)
+
+
+def test_with_telemetry_off_a_carrier_is_dropped_and_the_call_runs() -> None:
+    carrier = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    assert Worker().sync(4, **{TRACE_CONTEXT_KWARG: carrier}) == (4, (0, 0))
+
+
+def test_spans_inside_the_call_are_children_of_the_callers_span(capture: Capture) -> None:
+    @accepts_trace_context
+    def train() -> None:
+        with span(RL.TRAINING, "rl.test.train"):
+            pass
+
+    with span(RL.STEP, "rl.test.step") as step:
+        carrier = trace_context_kwargs()
+    train(**carrier)
+    (child,) = [s for s in capture.spans() if s.name == "rl.test.train"]
+    assert child.parent is not None and child.parent.span_id == step.get_span_context().span_id
+
+
+# -- hostile input -------------------------------------------------------------------------
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=80) | st.binary(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=10,
+)
+_hex = st.text("0123456789abcdef", min_size=0, max_size=34)
+_traceparents = st.builds(lambda *parts: "-".join(parts), _hex, _hex, _hex, _hex) | st.text(max_size=70)
+_carriers = (
+    _json
+    | st.fixed_dictionaries({"traceparent": _traceparents | _json})
+    | st.fixed_dictionaries(
+        {"traceparent": _traceparents, "tracestate": st.text(max_size=1200) | _json}
+    )
+)
+
+
+def test_any_carrier_never_fails_a_decorated_call() -> None:
+    @settings(max_examples=300, deadline=None)
+    @given(carrier=_carriers)
+    def call_with(carrier: object) -> None:
+        with span(RL.TRAINING, "rl.test.local_parent"):
+            assert echo("ok", **{TRACE_CONTEXT_KWARG: carrier}) == "ok"
+            assert list(Worker().gen(2, **{TRACE_CONTEXT_KWARG: carrier})) != []
+
+    # One runtime for every example: setting one up per example would dominate the test.
+    with capture_telemetry(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RlsightWarning)
+        call_with()

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlsight.analysis import RunReport, analyze_spans
 from rlsight.store._schema import AttributeValue, SpanRecord
 
 T0 = 1_700_000_000_000_000_000
@@ -185,3 +186,8 @@ def otlp_request(resource: Mapping[str, object], spans: list[SpanRecord]) -> dic
         "scopeSpans": [{"scope": {"name": "rlsight", "version": "0"},
                         "spans": [otlp_span(s) for s in spans]}],
     }]}
+
+
+def analyze(run: RunBuilder, **options: Any) -> RunReport:
+    """Analyse a hand-built run (options as ``analyze_columns``)."""
+    return analyze_spans(run.records(), **options)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from _build import SEC, RunBuilder
-from conftest import analyze
+from _build import SEC, RunBuilder, analyze
 
 
 def _step_seconds(report, index: int = 0) -> dict[str, float]:

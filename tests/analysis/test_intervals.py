@@ -33,9 +33,9 @@ def test_max_cover_picks_the_highest_priority_lowest_index_interval(rows, marks)
             continue
         best = -1
         for i in range(len(rows)):
-            if g[i] == cover.group[k] and s[i] <= lo and e[i] >= hi and e[i] > s[i]:
-                if best < 0 or p[i] > p[best]:
-                    best = i
+            covers = g[i] == cover.group[k] and s[i] <= lo and e[i] >= hi and e[i] > s[i]
+            if covers and (best < 0 or p[i] > p[best]):
+                best = i
         assert cover.winner[k] == best
 
 

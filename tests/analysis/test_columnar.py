@@ -1,0 +1,106 @@
+"""The columnar reader reads what read_spans reads and skips exactly the lines it skips."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from _build import RunBuilder, analyze, otlp_request
+
+from rlsight.analysis import analyze_run, analyze_spans
+from rlsight.errors import StoreError
+from rlsight.store import read_spans
+from rlsight.store._columnar import read_span_columns
+
+
+def _sample(run: RunBuilder) -> RunBuilder:
+    d = run.process()
+    step = d.step(1, 0, 10)
+    d.span("train", 1, 8, parent=step, bucket="productive", **{"rl.batch_size": 16})
+    for rank in range(3):
+        w = run.process("policy", rank)
+        w.span("rl.worker.load_model", 0, 1, group="setup", **{"rl.backend": "dtensor"})
+        w.span("train", 1, 5 + rank, bucket="productive", **{"rl.batch_size": 8.0})
+    return run
+
+
+def test_a_run_read_from_files_analyses_like_its_records(run: RunBuilder, tmp_path: Path):
+    _sample(run).write(tmp_path / "run", seed=3)
+    from_files = analyze_run(tmp_path / "run").to_dict()
+    from_records = analyze(run).to_dict()
+    assert from_files["summary"].pop("files") == 4
+    from_records["summary"].pop("files")
+    assert from_files == from_records
+
+
+def _damage(run_dir: Path) -> None:
+    """Three bad lines: garbage mid-file, JSON that is not OTLP, a truncated last line."""
+    path = sorted((run_dir / "traces").glob("policy-0-*.jsonl"))[0]
+    lines = path.read_text().splitlines(keepends=True)
+    bad_span = otlp_request({"service.instance.id": "x"}, [])
+    bad_span["resourceSpans"][0]["scopeSpans"][0]["spans"] = [{"traceId": "ab"}]
+    lines.insert(1, "{not json\n")
+    lines.insert(2, json.dumps(bad_span) + "\n")
+    lines.append('{"resourceSpans": [')
+    path.write_text("".join(lines))
+
+
+def test_skipped_lines_match_read_spans_line_for_line(run: RunBuilder, tmp_path: Path):
+    run_dir = _sample(run).write(tmp_path / "run", per_line=1)
+    _damage(run_dir)
+    cols, skipped, files = read_span_columns(run_dir)
+    reference = read_spans(run_dir)
+    assert [(s.path, s.line) for s in skipped] == [(s.path, s.line) for s in reference.skipped]
+    assert len(skipped) == 3
+    assert [s.reason.split(" ")[0] for s in skipped] == ["not", "not", "truncated"]
+    assert len(cols) == len(reference.spans) and files == reference.files
+
+
+def test_a_request_that_fails_half_way_contributes_no_span(run: RunBuilder, tmp_path: Path):
+    d = run.process()
+    good = d.span("good", 0, 1)
+    run_dir = run.write(tmp_path / "run")
+    path = next((run_dir / "traces").glob("*.jsonl"))
+    request = otlp_request(d.resource, [good.record, good.record])
+    del request["resourceSpans"][0]["scopeSpans"][0]["spans"][1]["name"]
+    with path.open("a") as fh:
+        fh.write(json.dumps(request) + "\n")
+    cols, skipped, _ = read_span_columns(run_dir)
+    assert len(cols) == 1 and len(skipped) == 1 and "not an OTLP traces request" in skipped[0].reason
+
+
+def test_progress_reports_bytes_read(run: RunBuilder, tmp_path: Path):
+    run_dir = _sample(run).write(tmp_path / "run")
+    seen: list[tuple[int, int]] = []
+    read_span_columns(run_dir, progress=lambda done, total: seen.append((done, total)))
+    assert len(seen) == 4 and seen[-1][0] == seen[-1][1] > 0
+
+
+def test_a_missing_run_folder_is_a_store_error(tmp_path: Path):
+    with pytest.raises(StoreError, match="does not exist"):
+        read_span_columns(tmp_path / "nope")
+
+
+def test_a_run_folder_without_spans_is_a_store_error(tmp_path: Path):
+    (tmp_path / "traces").mkdir()
+    with pytest.raises(StoreError, match="no spans"):
+        analyze_run(tmp_path)
+
+
+def test_span_ids_repeated_across_traces_still_find_their_own_parent(run: RunBuilder):
+    """Ids are per trace; with repeats the exact (trace, id) search is used."""
+    d = run.process()
+    a = d.step(1, 0, 10)
+    b = d.step(2, 10, 20)
+    d.span("train", 1, 9, parent=a, bucket="productive")
+    d.span("refit", 11, 19, parent=b, bucket="overhead")
+    records = run.records()
+    records = [dataclasses.replace(r, span_id="00000000000000aa") if r.name == "rl.step" else r
+               for r in records]
+    records = [dataclasses.replace(r, parent_span_id="00000000000000aa") if r.parent_span_id else r
+               for r in records]
+    report = analyze_spans(records)
+    assert report.notes == []
+    assert [s.spans for s in report.steps] == [2, 2]

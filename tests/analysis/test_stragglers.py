@@ -1,0 +1,100 @@
+"""Straggler detection: median + k * MAD per step, span name and worker group."""
+
+from __future__ import annotations
+
+import pytest
+from _build import SEC, RunBuilder, analyze
+
+from rlsight.analysis._steps import find_steps
+from rlsight.analysis._table import build_table
+from rlsight.analysis.stragglers import stragglers
+from rlsight.store._columnar import span_columns_from_records
+
+
+def _fleet(run: RunBuilder, group: str, durations: list[float], **attrs_per_rank: list[object]) -> None:
+    for rank, d in enumerate(durations):
+        extra = {k: v[rank] for k, v in attrs_per_rank.items()}
+        run.process(group, rank).span("rl.train.policy", 0, d, bucket="productive", **extra)
+
+
+def test_the_slow_rank_is_a_straggler(run: RunBuilder):
+    run.process().step(7, 0, 20)
+    _fleet(run, "policy", [4.0, 4.1, 4.05, 3.95, 9.0])
+    found = analyze(run).stragglers.findings
+    assert [(s.step, s.worker_group, s.rank, s.name) for s in found] == [
+        (7, "policy", 4, "rl.train.policy")]
+    assert found[0].median_ns == 4.05 * SEC
+    assert found[0].mad_ns == pytest.approx(0.05 * SEC)
+    assert found[0].excess_mads == pytest.approx((9.0 - 4.05) / 0.05)
+
+
+def test_ranks_within_k_mads_are_not_stragglers(run: RunBuilder):
+    run.process().step(1, 0, 20)
+    _fleet(run, "policy", [4.0, 4.1, 4.2, 4.3, 4.4])
+    report = analyze(run)
+    assert report.stragglers.findings == [] and report.stragglers.checks == 1
+
+
+def test_identical_peers_do_not_make_a_hair_slower_rank_a_straggler(run: RunBuilder):
+    """MAD 0 is floored at 1% of the median: 4.01 s vs 4 s is 0.25 MADs, not infinity."""
+    run.process().step(1, 0, 20)
+    _fleet(run, "policy", [4.0, 4.0, 4.0, 4.01])
+    assert analyze(run).stragglers.findings == []
+
+
+def test_fewer_than_three_ranks_is_insufficient_evidence(run: RunBuilder):
+    run.process().step(1, 0, 20)
+    _fleet(run, "ref", [1.0, 9.0])
+    s = analyze(run).stragglers
+    assert s.findings == []
+    assert [(i.worker_group, i.name, i.reason, i.steps) for i in s.insufficient] == [
+        ("ref", "rl.train.policy", "fewer than 3 ranks", 1)]
+
+
+def test_different_batch_sizes_are_insufficient_evidence(run: RunBuilder):
+    run.process().step(1, 0, 20)
+    _fleet(run, "policy", [4.0, 4.0, 4.0, 9.0], **{"rl.batch_size": [32, 32, 32, 64]})
+    s = analyze(run).stragglers
+    assert s.findings == [] and s.insufficient[0].reason == "workloads differ (rl.batch_size)"
+
+
+def test_a_batch_size_on_some_ranks_only_is_insufficient_evidence(run: RunBuilder):
+    run.process().step(1, 0, 20)
+    for rank, extra in enumerate(({"rl.batch_size": 32}, {"rl.batch_size": 32}, {})):
+        run.process("policy", rank).span("train", 0, 9 if rank == 2 else 4, bucket="productive", **extra)
+    assert analyze(run).stragglers.insufficient[0].reason == "workloads differ (rl.batch_size)"
+
+
+def test_equal_batch_sizes_allow_a_verdict(run: RunBuilder):
+    run.process().step(1, 0, 20)
+    _fleet(run, "policy", [4.0, 4.1, 4.0, 9.0], **{"rl.batch_size": [32, 32, 32, 32]})
+    assert [s.rank for s in analyze(run).stragglers.findings] == [3]
+
+
+def test_a_single_rank_group_is_not_compared(run: RunBuilder):
+    """The driver is one rank: comparing it with itself is not evidence of anything."""
+    d = run.process()
+    step = d.step(1, 0, 20)
+    d.span("train", 0, 5, parent=step, bucket="productive")
+    s = analyze(run).stragglers
+    assert (s.checks, s.findings, s.insufficient) == (0, [], [])
+
+
+def test_spans_are_compared_within_their_own_step(run: RunBuilder):
+    """Rank 3 is slow in step 2 only; its step-1 span is ordinary."""
+    d = run.process()
+    d.step(1, 0, 20)
+    d.step(2, 20, 40)
+    for rank, slow in enumerate([4.0, 4.1, 3.9, 12.0]):
+        w = run.process("policy", rank)
+        w.span("train", 0, 4, bucket="productive")
+        w.span("train", 20, 20 + slow, bucket="productive")
+    found = analyze(run).stragglers.findings
+    assert [(s.step, s.rank) for s in found] == [(2, 3)]
+
+
+def test_k_must_be_positive(run: RunBuilder):
+    run.process().step(1, 0, 1)
+    table = build_table(span_columns_from_records(run.records()))
+    with pytest.raises(ValueError, match="k must be > 0"):
+        stragglers(table, find_steps(table), k=0)

@@ -173,7 +173,15 @@ class TelemetryConfig:
             raw = env.get(s.env)
             if raw is not None:
                 kwargs[s.name] = _decode(s, raw, s.env)
-        return cls(**kwargs).with_env_fallbacks(env)
+                continue
+            # Only a field with no RLSIGHT_ variable falls back to OTEL_*: a projected value
+            # equal to the default (service_name=rlsight) is still the driver's choice.
+            for var in s.otel_env:
+                fallback = env.get(var)
+                if fallback:
+                    kwargs[s.name] = _decode(s, fallback.strip(), var)
+                    break
+        return cls(**kwargs)
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any]) -> TelemetryConfig:
@@ -205,9 +213,14 @@ def _fail(s: Setting, value: object, accepted: str) -> ConfigError:
 
 def _check_attr_value(s: Setting, key: str, value: object) -> None:
     scalars = (str, bool, int, float)
-    if isinstance(value, scalars):
-        return
-    if isinstance(value, Sequence) and all(isinstance(v, scalars) for v in value):
+    items = value if isinstance(value, Sequence) and not isinstance(value, (str, bytes)) else (value,)
+    if all(isinstance(v, scalars) for v in items):
+        # The env projection is JSON, which has no NaN or infinity: refuse them here, at
+        # construction, rather than in to_env() while the run launches its workers.
+        if any(isinstance(v, float) and not math.isfinite(v) for v in items):
+            raise ConfigError(
+                f"TelemetryConfig.{s.name}[{key!r}]={value!r}: attribute values must be finite"
+            )
         return
     raise ConfigError(
         f"TelemetryConfig.{s.name}[{key!r}]={value!r}: attribute values must be str, bool, "
@@ -239,7 +252,11 @@ def _check(s: Setting, value: Any) -> Any:
             value = tuple(v.strip() for v in value.split(",") if v.strip())
         if not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
             raise _fail(s, value, "a list of span group, preset or namespace names")
-        value = tuple(value)
+        # The env projection joins names with commas: a name that is blank or holds a comma
+        # would come back as a different spec in every worker.
+        if any(not v.strip() or "," in v for v in value):
+            raise _fail(s, value, "non-empty span group, preset or namespace names without ','")
+        value = tuple(v.strip() for v in value)
     elif kind == "attributes":
         if not isinstance(value, Mapping):
             raise _fail(s, value, "a mapping of attribute name to value")

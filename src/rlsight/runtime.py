@@ -507,7 +507,7 @@ def setup_telemetry(
         TelemetryStateError: telemetry is already set up in this process.
         ConfigError: the config cannot be used (bad endpoint protocol extra, unwritable dir).
     """
-    config = (config or TelemetryConfig.from_env()).with_env_fallbacks()
+    config = config.with_env_fallbacks() if config is not None else TelemetryConfig.from_env()
     identity = _Identity(worker_group, rank, world_size, _env_devices(),
                          dict(resource_attributes or {}))
     telemetry = Telemetry(config, identity, deferred=True)

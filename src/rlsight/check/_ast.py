@@ -135,8 +135,12 @@ def _union(parts: Sequence[Resolved]) -> Resolved:
 
 
 def _concat(parts: Sequence[Resolved]) -> Resolved:
+    # A prefix glued onto a parameter is still a wrapper; anything unknown makes it unknown.
     for p in parts:
-        if not p.is_known:
+        if p.unknown is not None:
+            return p
+    for p in parts:
+        if p.forwarded is not None:
             return p
     combos = 1
     for p in parts:

@@ -1,0 +1,86 @@
+"""``rlsight check``: exit codes, the human report, --json and --write-docs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+from _check_support import FixtureProject
+
+from rlsight.commands import check as check_command
+
+
+def _run(argv: list[str], monkeypatch: pytest.MonkeyPatch, cwd: Path) -> int:
+    monkeypatch.chdir(cwd)
+    parser = argparse.ArgumentParser(prog="rlsight check")
+    check_command.add_arguments(parser)
+    return check_command.run(parser.parse_args(argv))
+
+
+def test_clean_project_exits_0_with_a_summary(
+    minirl: FixtureProject, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run([], monkeypatch, minirl.root) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("no problems (span names: 10 emitted, 7 documented; ")
+
+
+def test_violation_exits_1_in_the_ux_format(
+    minirl: FixtureProject, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = minirl.mutate("src/minirl/trainer.py", 'setup_span("actors")', 'setup_span("pool")')
+    assert _run(["--guard", "span-names"], monkeypatch, minirl.root) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == (
+        f"docs/spans.md: span 'rl.setup.pool' emitted at src/minirl/trainer.py:{line} is not documented"
+    )
+    assert out[1] == "  fix: add it to the table in docs/spans.md, or rename the emit site"
+    assert out[-1] == "2 problems (span names: 10 emitted, 7 documented)"
+
+
+def test_json_is_one_document_with_schema_version(
+    minirl: FixtureProject, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    minirl.mutate("src/minirl/trainer.py", 'setup_span("actors")', 'setup_span("pool")')
+    assert _run(["--json"], monkeypatch, minirl.root) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema_version"] == 1
+    assert doc["ok"] is False
+    assert {g["guard"] for g in doc["guards"]} >= {"span-names", "carriers"}
+    assert doc["problems"][0]["guard"] == "span-names"
+    assert set(doc["problems"][0]) == {"guard", "path", "line", "problem", "fix"}
+
+
+def test_missing_path_exits_2(
+    minirl: FixtureProject, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(["no/such/dir"], monkeypatch, minirl.root) == 2
+    assert "rlsight check: path no/such/dir does not exist" in capsys.readouterr().err
+
+
+def test_syntax_error_exits_2_naming_file_and_line(
+    minirl: FixtureProject, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (minirl.root / "src/minirl/broken.py").write_text("x = 1\ndef (:\n")
+    assert _run([], monkeypatch, minirl.root) == 2
+    assert "src/minirl/broken.py:2: not valid Python" in capsys.readouterr().err
+
+
+def test_missing_docs_folder_exits_2(
+    minirl: FixtureProject, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(["--docs", "nope"], monkeypatch, minirl.root) == 2
+    assert "docs folder nope does not exist" in capsys.readouterr().err
+
+
+def test_unknown_guard_exits_2(minirl: FixtureProject, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _run(["--guard", "everything"], monkeypatch, minirl.root) == 2
+
+
+def test_paths_argument_overrides_the_config(
+    minirl: FixtureProject, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(["src/minirl/metrics.py", "--guard", "logger-keys"], monkeypatch, minirl.root) == 1
+    assert "found nothing to check: no dict display" in capsys.readouterr().out

@@ -10,6 +10,7 @@ unreachable collector turns a 5 s budget into half a minute.
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan, Span
 
 ExportFn = Callable[[Sequence["ReadableSpan"]], bool]
+
+_log = logging.getLogger("rlsight")
 
 
 class BatchingSpanProcessor(SpanProcessor):
@@ -56,6 +59,11 @@ class BatchingSpanProcessor(SpanProcessor):
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._export_lock = threading.Lock()
+        # Guards the queue-to-batch hand-over and the counters, so shutdown can account for
+        # a batch an exporter still holds (in flight) exactly once.
+        self._count_lock = threading.Lock()
+        self._in_flight = 0
+        self._abandoned = False
         self.exported = 0
         self.dropped: collections.Counter[str] = collections.Counter()
         self._thread = threading.Thread(target=self._run, name=f"rlsight-{name}", daemon=True)
@@ -93,18 +101,24 @@ class BatchingSpanProcessor(SpanProcessor):
                 if deadline is not None and time.monotonic() >= deadline:
                     return False
                 batch: list[ReadableSpan] = []
-                while self._queue and len(batch) < self._max_batch:
-                    batch.append(self._queue.popleft())
+                with self._count_lock:
+                    while self._queue and len(batch) < self._max_batch:
+                        batch.append(self._queue.popleft())
+                    self._in_flight = len(batch)
                 try:
                     ok = self._export(batch)
                 except Exception as exc:  # the exporter's failure must not end the thread
                     ok = False
                     if self._on_error is not None:
                         self._on_error(exc)
-                if ok:
-                    self.exported += len(batch)
-                else:
-                    self.dropped["export_failed"] += len(batch)
+                with self._count_lock:
+                    self._in_flight = 0
+                    if self._abandoned:  # shutdown gave up on this batch and counted it
+                        continue
+                    if ok:
+                        self.exported += len(batch)
+                    else:
+                        self.dropped["export_failed"] += len(batch)
         return True
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
@@ -114,20 +128,37 @@ class BatchingSpanProcessor(SpanProcessor):
 
     def shutdown(self, timeout_millis: int = 30_000) -> bool:  # type: ignore[override]
         """Stop accepting spans, flush within the budget, count what is left as dropped."""
+        if self._stop.is_set():  # the TracerProvider shuts its processors down a second time
+            return not self._abandoned
         self._stop.set()
         self._wake.set()
         done = self.force_flush(timeout_millis)
-        left = len(self._queue)
-        if left:
-            self.dropped["shutdown_timeout"] += left
-            self._queue.clear()
+        with self._count_lock:
+            # A batch an exporter still holds (a hung collector) was not delivered within
+            # the budget either: count it now, and not again if the export ends later.
+            left = len(self._queue) + (0 if done else self._in_flight)
+            if not done:
+                self._abandoned = True
+            if left:
+                self.dropped["shutdown_timeout"] += left
+                self._queue.clear()
         return done and not left
 
 
 def _bounded(fn: Callable[[], bool], timeout_s: float) -> bool:
     """Run ``fn`` in a daemon thread; give up waiting after ``timeout_s`` (it may go on)."""
     result: list[bool] = []
-    thread = threading.Thread(target=lambda: result.append(fn()), name="rlsight-bounded", daemon=True)
+
+    def run() -> None:
+        try:
+            result.append(fn())
+        except Exception:  # a failed shutdown step is reported as failed, not as a dead thread
+            _log.warning(
+                "rlsight: a bounded telemetry flush or shutdown step failed; the run is unaffected",
+                exc_info=True,
+            )
+
+    thread = threading.Thread(target=run, name="rlsight-bounded", daemon=True)
     thread.start()
     thread.join(max(0.0, timeout_s))
     return bool(result and result[0])

@@ -1,0 +1,315 @@
+"""The telemetry lifecycle (rlsight.runtime): setup, identity, init_worker, bounded shutdown."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlsight.config import TelemetryConfig
+from rlsight.errors import ConfigError, RlsightWarning, TelemetryStateError
+from rlsight.groups import is_span_group_enabled
+from rlsight.runtime import (
+    ShutdownReport,
+    active_runtime,
+    init_worker,
+    setup_telemetry,
+    shutdown_telemetry,
+)
+from rlsight.spans import _NOOP, span
+from rlsight.store import read_manifest, read_spans
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No inherited RLSIGHT_/OTEL_ variables, and nothing left set up after the test."""
+    for var in list(os.environ):
+        if var.startswith(("RLSIGHT_", "OTEL_")) or var == "SLURM_JOB_ID":
+            monkeypatch.delenv(var)
+    assert active_runtime() is None
+    yield
+    shutdown_telemetry(timeout_ms=2000)
+
+
+def _config(run_dir: Path, **overrides: Any) -> TelemetryConfig:
+    overrides.setdefault("span_groups", ("all",))
+    return TelemetryConfig(run_id="run-1", run_dir=str(run_dir), **overrides)
+
+
+def _stored_resource(run_dir: Path) -> dict[str, Any]:
+    spans = read_spans(run_dir).spans
+    assert spans, "expected at least one stored span"
+    return dict(spans[0].resource)
+
+
+class TestSetup:
+    def test_setup_activates_the_gate_with_the_configs_spec(self, run_dir: Path) -> None:
+        telemetry = setup_telemetry(_config(run_dir, span_groups=("minimal",)))
+        assert active_runtime() is telemetry
+        assert is_span_group_enabled("step") and not is_span_group_enabled("generation")
+
+    def test_second_setup_is_a_clear_error(self, run_dir: Path) -> None:
+        setup_telemetry(_config(run_dir))
+        with pytest.raises(TelemetryStateError, match=r"already set up.*shutdown_telemetry"):
+            setup_telemetry(_config(run_dir))
+
+    def test_setup_after_shutdown_is_allowed(self, run_dir: Path) -> None:
+        setup_telemetry(_config(run_dir)).shutdown()
+        second = setup_telemetry(_config(run_dir))
+        assert active_runtime() is second
+
+    def test_disabled_config_sets_nothing_up(self, run_dir: Path) -> None:
+        telemetry = setup_telemetry(_config(run_dir, enabled=False))
+        assert active_runtime() is None
+        assert not telemetry.materialized
+        assert span("generation", "rl.test.off") is _NOOP
+        assert not run_dir.exists()
+
+    def test_unwritable_run_dir_is_a_config_error(self, tmp_path: Path) -> None:
+        blocker = tmp_path / "file"
+        blocker.write_text("not a folder")
+        with pytest.raises(ConfigError, match=r"run_dir.*not writable"):
+            setup_telemetry(_config(blocker / "run"))
+        assert active_runtime() is None
+
+    def test_setup_reads_the_environment_when_given_no_config(
+        self, run_dir: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        for key, value in _config(run_dir, algorithm="ppo").to_env().items():
+            monkeypatch.setenv(key, value)
+        telemetry = setup_telemetry()
+        assert telemetry.config.algorithm == "ppo" and telemetry.config.run_id == "run-1"
+
+    def test_telemetry_as_context_manager_shuts_down(self, run_dir: Path) -> None:
+        with setup_telemetry(_config(run_dir)):
+            assert active_runtime() is not None
+        assert active_runtime() is None
+        assert not is_span_group_enabled("generation")
+
+
+class TestManifest:
+    def test_manifest_records_config_versions_and_start_time(self, run_dir: Path) -> None:
+        telemetry = setup_telemetry(_config(run_dir, algorithm="grpo"))
+        manifest = read_manifest(run_dir)
+        assert manifest is not None
+        assert manifest["run_id"] == "run-1"
+        assert manifest["config"]["algorithm"] == "grpo"
+        assert manifest["config"]["span_groups"] == ["all"]
+        assert manifest["started_unix_ns"] == telemetry.started_ns
+        assert manifest["versions"]["rlsight"] and manifest["versions"]["opentelemetry-sdk"]
+        assert manifest["versions"]["python"]
+        assert manifest["store_format"] == 1
+
+    def test_no_manifest_without_the_local_store(self, run_dir: Path) -> None:
+        setup_telemetry(_config(run_dir, local_store=False))
+        assert read_manifest(run_dir) is None
+
+
+class TestResource:
+    def test_driver_resource_attributes_follow_the_design(self, run_dir: Path) -> None:
+        telemetry = setup_telemetry(_config(run_dir, algorithm="grpo", service_name="trainer"))
+        attrs = telemetry.resource_attributes
+        pid = os.getpid()
+        assert attrs["service.name"] == "trainer"
+        assert attrs["service.instance.id"] == f"run-1/driver/0/{pid}"
+        assert attrs["rl.run.id"] == "run-1"
+        assert attrs["rl.rank"] == 0 and attrs["rl.world_size"] == 1
+        assert attrs["rl.worker_group"] == "driver"
+        assert attrs["rl.stage"] == "rl"
+        assert attrs["rl.algorithm"] == "grpo"
+        assert attrs["process.pid"] == pid
+        assert attrs["host.name"] == socket.gethostname()
+
+    def test_emitted_spans_carry_the_resource(self, run_dir: Path) -> None:
+        setup_telemetry(_config(run_dir), worker_group="trainer", rank=2, world_size=4)
+        with span("training", "rl.test.train"):
+            pass
+        shutdown_telemetry()
+        resource = _stored_resource(run_dir)
+        assert resource["service.instance.id"] == f"run-1/trainer/2/{os.getpid()}"
+        assert (resource["rl.rank"], resource["rl.world_size"]) == (2, 4)
+
+    def test_no_algorithm_attribute_when_unknown(self, run_dir: Path) -> None:
+        assert "rl.algorithm" not in setup_telemetry(_config(run_dir)).resource_attributes
+
+    def test_explicit_resource_attributes_win_over_detected_ones(self, run_dir: Path) -> None:
+        config = _config(run_dir, resource_attributes={"host.name": "from-config", "team": "rl"})
+        telemetry = setup_telemetry(config, resource_attributes={"rl.stage": "eval", "team": "call"})
+        attrs = telemetry.resource_attributes
+        assert attrs["host.name"] == "from-config"
+        assert attrs["rl.stage"] == "eval"
+        assert attrs["team"] == "call"
+
+    def test_devices_come_from_the_environment(self, run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("RLSIGHT_DEVICES", "8")
+        assert setup_telemetry(_config(run_dir)).resource_attributes["rl.devices"] == 8
+
+
+class TestInitWorker:
+    def _worker_env(self, run_dir: Path, **extra: str) -> dict[str, str]:
+        return {**_config(run_dir).to_env(), **extra}
+
+    def test_no_rlsight_variables_returns_none(self) -> None:
+        assert init_worker(environ={"PATH": "/bin"}) is None
+        assert active_runtime() is None
+
+    def test_disabled_projection_returns_none(self, run_dir: Path) -> None:
+        assert init_worker(environ=_config(run_dir, enabled=False).to_env()) is None
+        assert active_runtime() is None
+
+    def test_worker_rebuilds_the_drivers_config(self, run_dir: Path) -> None:
+        driver_config = _config(run_dir, algorithm="grpo", shutdown_timeout_ms=1234)
+        worker = init_worker(environ=driver_config.to_env())
+        assert worker is not None
+        assert worker.config == driver_config
+
+    def test_worker_identity_comes_from_the_environment(self, run_dir: Path) -> None:
+        env = self._worker_env(
+            run_dir, RLSIGHT_WORKER_GROUP="rollout", RLSIGHT_RANK="3", RLSIGHT_WORLD_SIZE="8"
+        )
+        worker = init_worker(environ=env)
+        assert worker is not None
+        attrs = worker.resource_attributes
+        assert (attrs["rl.worker_group"], attrs["rl.rank"], attrs["rl.world_size"]) == ("rollout", 3, 8)
+        assert attrs["service.instance.id"] == f"run-1/rollout/3/{os.getpid()}"
+
+    def test_arguments_win_over_the_environment(self, run_dir: Path) -> None:
+        env = self._worker_env(run_dir, RLSIGHT_WORKER_GROUP="rollout", RLSIGHT_RANK="3")
+        worker = init_worker(worker_group="trainer", rank=1, environ=env)
+        assert worker is not None and (worker.worker_group, worker.rank) == ("trainer", 1)
+
+    def test_default_worker_identity(self, run_dir: Path) -> None:
+        worker = init_worker(environ=self._worker_env(run_dir))
+        assert worker is not None
+        assert (worker.worker_group, worker.rank, worker.resource_attributes["rl.world_size"]) == (
+            "worker", 0, 1
+        )
+
+    def test_bad_rank_variable_is_a_config_error(self, run_dir: Path) -> None:
+        with pytest.raises(ConfigError, match="RLSIGHT_RANK"):
+            init_worker(environ=self._worker_env(run_dir, RLSIGHT_RANK="first"))
+
+    def test_second_init_worker_returns_the_existing_runtime(self, run_dir: Path) -> None:
+        first = init_worker(environ=self._worker_env(run_dir))
+        assert init_worker(environ=self._worker_env(run_dir)) is first
+
+    def test_deferred_worker_builds_no_providers_until_first_span(self, run_dir: Path) -> None:
+        worker = init_worker(environ=self._worker_env(run_dir), deferred=True)
+        assert worker is not None and not worker.materialized
+        with span("generation", "rl.test.first"):
+            pass
+        assert worker.materialized
+
+    def test_bind_identity_before_first_span_changes_the_resource(self, run_dir: Path) -> None:
+        worker = init_worker(environ=self._worker_env(run_dir), deferred=True)
+        assert worker is not None
+        assert worker.bind_identity(worker_group="reference", rank=5, world_size=6,
+                                    resource_attributes={"rl.backend": "vllm"})
+        with span("logprob", "rl.test.logprob"):
+            pass
+        shutdown_telemetry()
+        resource = _stored_resource(run_dir)
+        assert resource["service.instance.id"] == f"run-1/reference/5/{os.getpid()}"
+        assert (resource["rl.worker_group"], resource["rl.rank"], resource["rl.world_size"]) == (
+            "reference", 5, 6
+        )
+        assert resource["rl.backend"] == "vllm"
+
+    def test_bind_identity_after_first_span_warns_and_returns_false(self, run_dir: Path) -> None:
+        worker = init_worker(environ=self._worker_env(run_dir, RLSIGHT_WORKER_GROUP="rollout"), deferred=True)
+        assert worker is not None
+        with span("generation", "rl.test.first"):
+            pass
+        with pytest.warns(RlsightWarning, match="after this process emitted telemetry"):
+            assert worker.bind_identity(worker_group="late") is False
+        assert worker.worker_group == "rollout"
+        assert worker.resource_attributes["rl.worker_group"] == "rollout"
+
+
+class _BlackHole:
+    """An OTLP endpoint that accepts TCP connections and never answers (a hung collector)."""
+
+    def __init__(self) -> None:
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self._conns: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self._server.getsockname()[1]}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return
+            self._conns.append(conn)
+
+    def close(self) -> None:
+        self._server.close()
+        for conn in self._conns:
+            conn.close()
+
+
+@pytest.fixture
+def black_hole() -> Iterator[_BlackHole]:
+    hole = _BlackHole()
+    yield hole
+    hole.close()
+
+
+class TestShutdown:
+    def test_shutdown_without_setup_is_an_empty_report(self) -> None:
+        assert shutdown_telemetry() == ShutdownReport(0.0, False)
+
+    def test_shutdown_turns_the_gate_off_and_clears_the_runtime(self, run_dir: Path) -> None:
+        setup_telemetry(_config(run_dir))
+        report = shutdown_telemetry()
+        assert not report.timed_out and report.dropped_total == 0
+        assert active_runtime() is None
+        assert span("generation", "rl.test.after") is _NOOP
+
+    def test_shutdown_twice_is_harmless(self, run_dir: Path) -> None:
+        telemetry = setup_telemetry(_config(run_dir))
+        telemetry.shutdown()
+        assert telemetry.shutdown() == ShutdownReport(0.0, False)
+
+    def test_shutdown_flushes_every_span_to_the_store(self, run_dir: Path) -> None:
+        setup_telemetry(_config(run_dir))
+        for _ in range(50):
+            with span("generation", "rl.test.gen"):
+                pass
+        report = shutdown_telemetry()
+        assert report.exported["store"] == 50
+        assert len(read_spans(run_dir).spans) == 50
+
+    def test_deferred_worker_that_never_emitted_shuts_down_cleanly(self, run_dir: Path) -> None:
+        worker = init_worker(environ=_config(run_dir).to_env(), deferred=True)
+        assert worker is not None
+        report = shutdown_telemetry()
+        assert not report.timed_out and not worker.materialized
+
+    def test_hung_collector_costs_the_budget_and_the_report_counts_every_lost_span(
+        self, run_dir: Path, black_hole: _BlackHole
+    ) -> None:
+        """Against a collector that never answers, shutdown gives up, says so, keeps the store."""
+        n = 3000
+        setup_telemetry(_config(run_dir, otlp_endpoint=black_hole.endpoint, shutdown_timeout_ms=1000))
+        for _ in range(n):
+            with span("generation", "rl.test.gen"):
+                pass
+        report = shutdown_telemetry(timeout_ms=1000)
+        assert report.timed_out
+        assert report.exported["store"] == n
+        assert report.exported["otlp"] + report.dropped_total == n
+        assert set(report.dropped) <= {"otlp/shutdown_timeout", "otlp/export_failed"}
+        assert report.elapsed_ms < 5 * 1000  # bounded: a multiple of the budget, never unbounded
+        stored = read_spans(run_dir)
+        assert len(stored.spans) == n and stored.skipped == []

@@ -951,6 +951,25 @@ class _Collector(ast.NodeVisitor):
             )
         )
 
+    def visit_Compare(self, node: ast.Compare) -> None:
+        # rlsight's own fast path: ``if RL.JOB not in _GATE.enabled`` gates like
+        # ``is_span_group_enabled(RL.JOB)``.
+        if (
+            not self.module.external
+            and len(node.ops) == 1
+            and isinstance(node.ops[0], (ast.In, ast.NotIn))
+            and self._is_gate_set(node.comparators[0])
+        ):
+            self.facts.gates.append(GroupGate(self.module, node.lineno, self.resolve(node.left)))
+        self.generic_visit(node)
+
+    def _is_gate_set(self, expr: ast.expr) -> bool:
+        qualified = self.project.qualify(self.module, expr)
+        if qualified is None or not qualified.endswith("._GATE.enabled"):
+            return False
+        owner = qualified.removesuffix("._GATE.enabled")
+        return any(owner == r or owner.startswith(r + ".") for r in self.project.helper_roots)
+
     def visit_Call(self, node: ast.Call) -> None:
         helper = self.helper(node.func)
         if helper is not None:

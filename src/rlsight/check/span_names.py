@@ -16,9 +16,10 @@ are documented by rlsight's docs and need no row in the project's own.
 
 from __future__ import annotations
 
+import ast
 from collections import defaultdict
 
-from rlsight.check._ast import FIXED_SPANS, SpanEmit
+from rlsight.check._ast import FIXED_SPANS, Resolved, SpanEmit
 from rlsight.check._context import CheckContext, nothing_to_check
 from rlsight.check._model import GuardResult, Violation
 
@@ -28,18 +29,36 @@ GUARD = "span-names"
 TITLE = "span names"
 
 
-def _rlsight_names(ctx: CheckContext) -> set[str]:
-    """Names rlsight's own docs cover, when rlsight is not itself being checked."""
-    if not any(m.external for m in ctx.project.modules):
-        return set()
-    names = {name for _, name in FIXED_SPANS.values()}
+def _provided(ctx: CheckContext) -> list[SpanEmit]:
+    """Names rlsight's own helpers produce, with the line that produces them.
+
+    ``job_span`` emits ``rl.job`` whoever calls it, and every built-in efficiency category
+    becomes an ``rl.efficiency.*`` span: these names belong to rlsight's vocabulary. When
+    rlsight itself is checked they must be in its docs like any other emitted name; when
+    another project is checked (rlsight's modules are external) rlsight's docs cover them.
+    """
+    out: list[SpanEmit] = []
+    for module in ctx.project.modules:
+        if module.name != "rlsight" and not module.name.startswith("rlsight."):
+            continue
+        for stmt in module.tree.body:
+            if isinstance(stmt, ast.FunctionDef) and stmt.name in FIXED_SPANS:
+                group, name = FIXED_SPANS[stmt.name]
+                out.append(SpanEmit(module, stmt.lineno, stmt.name, _one(group), _one(name)))
     for declared in ctx.facts.categories_declared:
-        if declared.module.external and declared.category.is_known:
-            names |= {"rl.efficiency." + c.replace("/", ".") for c in declared.category.values}
-    for emit in ctx.facts.spans:
-        if emit.module.external and emit.name.is_known:
-            names |= emit.name.values
-    return names
+        module = declared.module
+        if (module.name.startswith("rlsight.") or module.external) and declared.category.is_known:
+            names = frozenset("rl.efficiency." + c.replace("/", ".") for c in declared.category.values)
+            out.append(
+                SpanEmit(module, declared.line, "declare_efficiency_categories", _one("efficiency"),
+                         Resolved(values=names))
+            )
+    out += [e for e in ctx.facts.spans if e.module.external and e.name.is_known]
+    return out
+
+
+def _one(value: str) -> Resolved:
+    return Resolved(values=frozenset({value}))
 
 
 def check(ctx: CheckContext) -> GuardResult:
@@ -50,6 +69,13 @@ def check(ctx: CheckContext) -> GuardResult:
             GUARD, ".", "no docs folder", "pass --docs DIR or set docs in [tool.rlsight.check]"),))
     violations: list[Violation] = []
     emitted: dict[str, list[SpanEmit]] = defaultdict(list)
+    covered: set[str] = set()
+    for provided in _provided(ctx):
+        if provided.module.external:
+            covered |= provided.name.values
+        else:
+            for name in provided.name.values:
+                emitted[name].append(provided)
     for emit in ctx.facts.spans:
         if emit.module.external or ctx.suppressed(emit.module, emit.line, GUARD):
             continue
@@ -69,7 +95,6 @@ def check(ctx: CheckContext) -> GuardResult:
             )
     exact = {d.name: d for d in docs.spans if not d.is_pattern}
     patterns = [d for d in docs.spans if d.is_pattern]
-    covered = _rlsight_names(ctx)
     table = docs.span_table_files[0] if docs.span_table_files else docs.display
 
     if not emitted:

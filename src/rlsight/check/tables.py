@@ -100,6 +100,7 @@ GENERATORS: Final[dict[str, str]] = {
     "presets": "rlsight.check.tables:presets_table",
     "configuration": "rlsight.check.tables:configuration_table",
     "efficiency-categories": "rlsight.check.tables:efficiency_categories_table",
+    "metrics": "rlsight.metrics:metrics_table",
 }
 
 

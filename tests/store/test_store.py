@@ -1,0 +1,294 @@
+"""The local store (rlsight.store): OTLP/JSON lines on disk, read back as flat records."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics.export import (
+    Gauge,
+    Metric,
+    MetricExportResult,
+    MetricsData,
+    NumberDataPoint,
+    ResourceMetrics,
+    ScopeMetrics,
+)
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+from rlsight.errors import StoreError
+from rlsight.spans import span, umbrella_span
+from rlsight.store import read_metrics, read_spans
+from rlsight.store._exporters import LocalMetricExporter
+from rlsight.store._schema import STATUS_ERROR
+from rlsight.store._sink import FileSink
+from rlsight.testing import capture_telemetry
+
+
+def _trace_lines(run_dir: Path) -> list[dict[str, Any]]:
+    (path,) = sorted((run_dir / "traces").glob("*.jsonl"))
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _all_spans(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        s for line in lines for rs in line["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]
+    ]
+
+
+def _write_two_spans(run_dir: Path) -> None:
+    with capture_telemetry(run_dir=run_dir):
+        with umbrella_span("rollout", "rl.test.parent"), span(
+            "generation", "rl.test.child", batch=8, ratio=0.5, ok=True, model="m", lengths=[1, 2]
+        ):
+            pass
+
+
+class TestOtlpJson:
+    def test_ids_are_lowercase_hex_and_times_are_decimal_strings(self, run_dir: Path) -> None:
+        _write_two_spans(run_dir)
+        spans = {s["name"]: s for s in _all_spans(_trace_lines(run_dir))}
+        child, parent = spans["rl.test.child"], spans["rl.test.parent"]
+        assert re.fullmatch(r"[0-9a-f]{32}", child["traceId"])
+        assert re.fullmatch(r"[0-9a-f]{16}", child["spanId"])
+        assert child["parentSpanId"] == parent["spanId"] and "parentSpanId" not in parent
+        assert re.fullmatch(r"\d+", child["startTimeUnixNano"])
+        assert int(child["endTimeUnixNano"]) >= int(child["startTimeUnixNano"])
+
+    def test_kind_is_the_otlp_enum(self, run_dir: Path) -> None:
+        _write_two_spans(run_dir)
+        assert {s["kind"] for s in _all_spans(_trace_lines(run_dir))} == {1}  # SPAN_KIND_INTERNAL
+
+    def test_attribute_values_use_the_otlp_any_value_mapping(self, run_dir: Path) -> None:
+        _write_two_spans(run_dir)
+        child = next(s for s in _all_spans(_trace_lines(run_dir)) if s["name"] == "rl.test.child")
+        attrs = {kv["key"]: kv["value"] for kv in child["attributes"]}
+        assert attrs["rl.batch"] == {"intValue": "8"}
+        assert attrs["rl.ratio"] == {"doubleValue": 0.5}
+        assert attrs["rl.ok"] == {"boolValue": True}
+        assert attrs["rl.model"] == {"stringValue": "m"}
+        assert attrs["rl.lengths"] == {"arrayValue": {"values": [{"intValue": "1"}, {"intValue": "2"}]}}
+
+    def test_error_status_is_code_2_with_the_message(self, run_dir: Path) -> None:
+        with capture_telemetry(run_dir=run_dir), pytest.raises(ValueError):
+            with span("generation", "rl.test.fail"):
+                raise ValueError("bad batch")
+        (failed,) = _all_spans(_trace_lines(run_dir))
+        assert failed["status"] == {"code": 2, "message": "ValueError: bad batch"}
+        assert [e["name"] for e in failed["events"]] == ["exception"]
+
+    def test_ok_span_has_no_status(self, run_dir: Path) -> None:
+        _write_two_spans(run_dir)
+        assert all("status" not in s for s in _all_spans(_trace_lines(run_dir)))
+
+    def test_resource_and_scope_are_written_once_per_request(self, run_dir: Path) -> None:
+        _write_two_spans(run_dir)
+        (line,) = _trace_lines(run_dir)
+        (rs,) = line["resourceSpans"]
+        resource = {kv["key"]: kv["value"] for kv in rs["resource"]["attributes"]}
+        assert resource["service.name"] == {"stringValue": "rlsight"}
+        assert resource["rl.rank"] == {"intValue": "0"}
+        (ss,) = rs["scopeSpans"]
+        assert ss["scope"]["name"] == "rlsight" and len(ss["spans"]) == 2
+
+    def test_one_file_per_process_named_after_group_rank_and_pid(self, run_dir: Path) -> None:
+        _write_two_spans(run_dir)
+        assert [p.name for p in (run_dir / "traces").iterdir()] == [f"driver-0-{os.getpid()}.jsonl"]
+
+    def test_nan_metric_point_is_written_as_the_string_nan_and_read_back_as_nan(self, run_dir: Path) -> None:
+        """NaN is how a missing value draws a gap; JSON has no NaN, OTLP/JSON spells it "NaN"."""
+        # The SDK's instruments drop non-finite measurements, so build the export batch itself.
+        point = NumberDataPoint(
+            attributes={"series": "missing"}, start_time_unix_nano=1, time_unix_nano=2, value=math.nan
+        )
+        data = MetricsData([ResourceMetrics(
+            Resource.create({"service.name": "t"}),
+            [ScopeMetrics(
+                InstrumentationScope("rlsight"),
+                [Metric("rl.test.gap", "", "", Gauge([point])),
+                 Metric("rl.test.inf", "", "", Gauge([NumberDataPoint({}, 1, 2, math.inf)]))],
+                "",
+            )],
+            "",
+        )])
+        sink = FileSink(run_dir / "metrics" / "w-0-1.jsonl")
+        assert LocalMetricExporter(sink).export(data) is MetricExportResult.SUCCESS
+        sink.close()
+        raw = (run_dir / "metrics" / "w-0-1.jsonl").read_text()
+        assert '"asDouble":"NaN"' in raw and '"asDouble":"Infinity"' in raw
+        points = {p.name: p for p in read_metrics(run_dir).points}
+        gap = points["rl.test.gap"]
+        assert gap.kind == "gauge" and gap.attributes == {"series": "missing"}
+        assert isinstance(gap.value, float) and math.isnan(gap.value)
+        assert points["rl.test.inf"].value == math.inf
+
+    def test_histogram_points_round_trip(self, run_dir: Path) -> None:
+        with capture_telemetry(run_dir=run_dir) as cap:
+            hist = cap.runtime.meter.create_histogram("rl.test.latency", unit="s")
+            for v in (0.1, 0.2, 3.0):
+                hist.record(v)
+        (point,) = [p for p in read_metrics(run_dir).points if p.name == "rl.test.latency"]
+        assert point.kind == "histogram" and point.unit == "s"
+        assert point.count == 3 and point.sum == pytest.approx(3.3)
+        assert sum(point.bucket_counts) == 3
+        assert point.temporality == 1  # delta
+
+
+class TestReader:
+    def test_read_spans_returns_flat_records_with_wire_names(self, run_dir: Path) -> None:
+        _write_two_spans(run_dir)
+        result = read_spans(run_dir)
+        assert result.files == 1 and result.skipped == []
+        by_name = {s.name: s for s in result.spans}
+        child, parent = by_name["rl.test.child"], by_name["rl.test.parent"]
+        assert child.parent_span_id == parent.span_id and parent.parent_span_id is None
+        assert child.attributes["rl.bucket"] == "productive"
+        assert child.attributes["rl.lengths"] == (1, 2)
+        assert child.timeline == (child.resource["service.instance.id"], threading.get_native_id())
+        assert child.duration_ns == child.end_ns - child.start_ns >= 0
+
+    def test_error_status_is_read_back(self, run_dir: Path) -> None:
+        with capture_telemetry(run_dir=run_dir), pytest.raises(KeyError):
+            with span("generation", "rl.test.fail"):
+                raise KeyError("k")
+        (record,) = read_spans(run_dir).spans
+        assert record.status_code == STATUS_ERROR and record.status_message == "KeyError: 'k'"
+
+    def test_missing_run_dir_is_a_store_error(self, tmp_path: Path) -> None:
+        with pytest.raises(StoreError, match="does not exist"):
+            read_spans(tmp_path / "nope")
+
+    def test_run_dir_without_traces_reads_as_empty(self, tmp_path: Path) -> None:
+        result = read_spans(tmp_path)
+        assert result.spans == [] and result.files == 0
+
+    def test_truncated_and_garbage_lines_are_skipped_with_file_and_line(self, run_dir: Path) -> None:
+        """Bad input loses nothing: every other span of the file is still returned."""
+        _write_two_spans(run_dir)
+        (path,) = (run_dir / "traces").glob("*.jsonl")
+        good = path.read_text()
+        assert good.count("\n") == 1
+        path.write_text(good + "this is not json\n" + '{"unrelated": 1}\n' + good + good[: len(good) // 2])
+        result = read_spans(run_dir)
+        assert len(result.spans) == 4
+        assert [(s.path, s.line) for s in result.skipped] == [(str(path), 2), (str(path), 3), (str(path), 5)]
+        assert "not JSON" in result.skipped[0].reason
+        assert "not an OTLP traces request" in result.skipped[1].reason
+        assert "truncated line" in result.skipped[2].reason
+        assert str(result.skipped[2]).startswith(f"{path}:5: truncated line")
+
+    def test_a_bad_file_does_not_hide_other_files(self, run_dir: Path) -> None:
+        _write_two_spans(run_dir)
+        (run_dir / "traces" / "broken-0-1.jsonl").write_bytes(b"\xff\xfe not utf8\n")
+        result = read_spans(run_dir)
+        assert len(result.spans) == 2 and result.files == 2
+        broken = str(run_dir / "traces" / "broken-0-1.jsonl")
+        assert [(s.path, s.line) for s in result.skipped] == [(broken, 1)]
+
+    def test_truncated_metric_line_is_skipped(self, run_dir: Path) -> None:
+        metrics = run_dir / "metrics"
+        metrics.mkdir(parents=True)
+        (metrics / "w-0-1.jsonl").write_text('{"resourceMetrics": [')
+        result = read_metrics(run_dir)
+        assert result.points == [] and [s.line for s in result.skipped] == [1]
+
+
+# -- across processes --------------------------------------------------------------------------
+
+_WRITER = textwrap.dedent(
+    """
+    import json, os, sys
+    from rlsight import TelemetryConfig, setup_telemetry, shutdown_telemetry, span, umbrella_span
+    setup_telemetry(TelemetryConfig(run_id="xproc", run_dir=sys.argv[1], span_groups=("all",)),
+                    worker_group="writer", rank=1, world_size=2)
+    ids = {}
+    with umbrella_span("step", "rl.test.outer") as outer:
+        for i in range(3):
+            with span("generation", "rl.test.inner", index=i) as inner:
+                ids[format(inner.get_span_context().span_id, "016x")] = i
+    ids["outer"] = format(outer.get_span_context().span_id, "016x")
+    shutdown_telemetry()
+    print(json.dumps({"pid": os.getpid(), "ids": ids}))
+    """
+)
+
+_KILLED_WRITER = textwrap.dedent(
+    """
+    import sys, time
+    from rlsight import TelemetryConfig, setup_telemetry, span
+    setup_telemetry(TelemetryConfig(run_id="killed", run_dir=sys.argv[1], span_groups=("all",)))
+    i = 0
+    while True:
+        with span("generation", "rl.test.tick", index=i) as s:
+            pass
+        print(format(s.get_span_context().span_id, "016x"), time.monotonic_ns(), flush=True)
+        i += 1
+        time.sleep(0.002)
+    """
+)
+
+
+def _child_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("RLSIGHT_", "OTEL_"))}
+
+
+class TestAcrossProcesses:
+    def test_spans_written_by_one_process_are_read_back_by_another(self, run_dir: Path) -> None:
+        done = subprocess.run(
+            [sys.executable, "-c", _WRITER, str(run_dir)],
+            capture_output=True, text=True, timeout=120, env=_child_env(), check=True,
+        )
+        written = json.loads(done.stdout.strip().splitlines()[-1])
+        outer_id = written["ids"].pop("outer")
+        result = read_spans(run_dir)
+        assert result.skipped == []
+        by_id = {s.span_id: s for s in result.spans}
+        assert set(by_id) == {outer_id, *written["ids"]}
+        for span_id, index in written["ids"].items():
+            record = by_id[span_id]
+            assert record.name == "rl.test.inner" and record.parent_span_id == outer_id
+            assert record.attributes["rl.index"] == index
+        resource = by_id[outer_id].resource
+        assert resource["process.pid"] == written["pid"]
+        assert resource["service.instance.id"] == f"xproc/writer/1/{written['pid']}"
+
+    def test_sigkilled_writer_loses_only_the_last_200_ms(self, run_dir: Path) -> None:
+        """Every span that ended 200 ms or more before a SIGKILL is on disk (Ray kills actors)."""
+        proc = subprocess.Popen(
+            [sys.executable, "-u", "-c", _KILLED_WRITER, str(run_dir)],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=_child_env(),
+        )
+        ended: list[tuple[str, int]] = []
+        try:
+            assert proc.stdout is not None
+            while len(ended) < 150:
+                line = proc.stdout.readline()
+                assert line, "writer exited early"
+                span_id, t_ns = line.split()
+                ended.append((span_id, int(t_ns)))
+        finally:
+            killed_at = time.monotonic_ns()
+            proc.send_signal(signal.SIGKILL)
+            rest, _ = proc.communicate(timeout=30)
+        for line in rest.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[1].isdigit():
+                ended.append((parts[0], int(parts[1])))
+        assert proc.returncode == -signal.SIGKILL
+        must_survive = {sid for sid, t in ended if t <= killed_at - 200_000_000}
+        assert len(must_survive) >= 20, "the writer ran too briefly to test anything"
+        result = read_spans(run_dir)
+        assert must_survive <= {s.span_id for s in result.spans}
+        assert all(s.reason.startswith("truncated line") for s in result.skipped)

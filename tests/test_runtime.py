@@ -301,7 +301,9 @@ class TestShutdown:
     ) -> None:
         """Against a collector that never answers, shutdown gives up, says so, keeps the store."""
         n = 3000
-        setup_telemetry(_config(run_dir, otlp_endpoint=black_hole.endpoint, shutdown_timeout_ms=1000))
+        # The configured budget also sets the OTLP exporter's own 10 s request timeout, so only
+        # rlsight's deadline can make the 1 s shutdown below return in time.
+        setup_telemetry(_config(run_dir, otlp_endpoint=black_hole.endpoint, shutdown_timeout_ms=10_000))
         for _ in range(n):
             with span("generation", "rl.test.gen"):
                 pass

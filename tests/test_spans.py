@@ -96,7 +96,7 @@ class TestGate:
             with span("generation", "rl.test.off"):
                 raise KeyError("x")
 
-    def test_span_in_a_group_enabled_later_is_emitted(self) -> None:
+    def test_span_of_the_only_enabled_group_is_emitted(self) -> None:
         with capture_telemetry(span_groups=["generation"]) as cap:
             with span("generation", "rl.test.on"):
                 pass

@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.sdk.metrics.export import (
     Gauge,
     Metric,
@@ -29,9 +32,10 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from rlsight.errors import StoreError
-from rlsight.spans import span, umbrella_span
+from rlsight.spans import REDACTED_KEYS, span, umbrella_span
 from rlsight.store import read_metrics, read_spans
 from rlsight.store._exporters import LocalMetricExporter
+from rlsight.store._otlp_json import encode_spans
 from rlsight.store._schema import STATUS_ERROR
 from rlsight.store._sink import FileSink
 from rlsight.testing import capture_telemetry
@@ -144,6 +148,43 @@ class TestOtlpJson:
         assert point.count == 3 and point.sum == pytest.approx(3.3)
         assert sum(point.bucket_counts) == 3
         assert point.temporality == 1  # delta
+
+
+_int64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+_attr_values = st.one_of(
+    st.booleans(), _int64, st.floats(), st.text(max_size=10),
+    st.lists(_int64, max_size=3).map(tuple), st.lists(st.floats(), max_size=3).map(tuple),
+    st.lists(st.text(max_size=5), max_size=3).map(tuple),
+)
+
+
+_attr_keys = st.from_regex(r"rl\.[a-z]{1,8}", fullmatch=True).filter(
+    lambda key: key.rsplit(".", 1)[-1] not in REDACTED_KEYS
+)
+
+
+def _same(a: object, b: object) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a):
+        return math.isnan(b)
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
+class TestAttributeRoundTrip:
+    @given(attrs=st.dictionaries(_attr_keys, _attr_values, max_size=5))
+    @settings(max_examples=100, deadline=None)
+    def test_attribute_values_read_back_with_their_types(self, attrs: dict[str, Any]) -> None:
+        """Ints stay ints (int64 travels as a string), NaN and infinities survive JSON."""
+        with capture_telemetry() as cap, tempfile.TemporaryDirectory() as tmp:
+            with span("generation", "rl.test.attrs", **attrs):
+                pass
+            sink = FileSink(Path(tmp) / "traces" / "t-0-1.jsonl")
+            sink.write(encode_spans(cap.spans()))
+            sink.close()
+            (record,) = read_spans(tmp).spans
+        for key, value in attrs.items():
+            assert _same(value, record.attributes[key]), key
 
 
 class TestReader:

@@ -194,44 +194,47 @@ def _describe(value: object) -> str:
     return type(value).__name__
 
 
-def _malformed(where: str, reason: str) -> Context:
+def _malformed(where: str, reason: str, depth: int) -> Context:
     warn_once(
         f"malformed-carrier:{where}",
         f"rlsight: {where} received a malformed trace carrier ({reason}); the call runs as a new "
         "root span. Send carriers built by trace_context_kwargs() or current_trace_carrier()",
-        stacklevel=4,
+        stacklevel=depth + 2,
     )
     return _trace.set_span_in_context(_trace.INVALID_SPAN)
 
 
-def _carrier_context(carrier: object, where: str) -> Context | None:
+def _carrier_context(carrier: object, where: str, depth: int) -> Context | None:
     """The context to attach for ``carrier``; ``None`` when it carries no trace at all.
+
+    ``depth`` counts the frames between the caller's line and this function, so a warning
+    points at that line.
 
     Parsed here rather than by the OpenTelemetry propagator: the carrier crossed a process
     boundary and may hold anything, and the propagator assumes string values and logs once
     per call on a bad ``tracestate``, where this warns once per callee and starts a new root.
     """
     if not isinstance(carrier, dict):
-        return _malformed(where, f"expected a dict, got {_describe(carrier)}")
+        return _malformed(where, f"expected a dict, got {_describe(carrier)}", depth)
     if not carrier:
         return None
     try:
         parent = carrier.get("traceparent")
         state = carrier.get("tracestate")
     except Exception as exc:  # a key with a hostile __eq__: untrusted input, the call must run
-        return _malformed(where, f"unreadable ({type(exc).__name__})")
+        return _malformed(where, f"unreadable ({type(exc).__name__})", depth)
     if parent is None:
         return None  # W3C: without traceparent there is no context (tracestate is ignored)
     if not isinstance(parent, str):
-        return _malformed(where, f"traceparent is {_describe(parent)}, not a str")
+        return _malformed(where, f"traceparent is {_describe(parent)}, not a str", depth)
     if state is not None and not isinstance(state, str):
-        return _malformed(where, f"tracestate is {_describe(state)}, not a str")
+        return _malformed(where, f"tracestate is {_describe(state)}, not a str", depth)
     key = (parent, state)
     span = _remote_spans.get(key)
     if span is None:
         parsed = _parse(parent, state)
         if isinstance(parsed, str):
-            return _malformed(where, parsed)
+            return _malformed(where, parsed, depth)
         span = parsed
         if len(_remote_spans) >= _REMOTE_CACHE_LIMIT:
             _remote_spans.clear()
@@ -319,7 +322,7 @@ def attach_trace_carrier(carrier: TraceCarrier | None, /) -> _CarrierScope:
     """
     if carrier is None or _runtime._ACTIVE is None:
         return _NO_SCOPE
-    return _CarrierScope(_carrier_context(carrier, "attach_trace_carrier"))
+    return _CarrierScope(_carrier_context(carrier, "attach_trace_carrier", 2))
 
 
 def _with_carrier_parameter(fn: Callable[..., Any]) -> inspect.Signature:
@@ -392,7 +395,7 @@ def _enter(carrier: object, where: str, args: tuple[Any, ...]) -> Context | None
         hook(args)
     if carrier is None or _runtime._ACTIVE is None:
         return None
-    return _carrier_context(carrier, where)
+    return _carrier_context(carrier, where, 3)
 
 
 def _wrapper_for(fn: Callable[..., Any], where: str) -> Callable[..., Any]:

@@ -158,6 +158,13 @@ def test_a_malformed_carrier_warns_only_once(capture: Capture) -> None:
     assert len([w for w in seen if issubclass(w.category, RlsightWarning)]) == 1
 
 
+def test_the_malformed_carrier_warning_points_at_the_callers_line(capture: Capture) -> None:
+    with pytest.warns(RlsightWarning, match="malformed") as seen:
+        with attach_trace_carrier({"traceparent": 7}):  # type: ignore[dict-item]
+            pass
+    assert seen[0].filename == __file__
+
+
 def test_a_carrier_with_valid_tracestate_keeps_it(capture: Capture) -> None:
     carrier = {
         "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",

@@ -227,6 +227,12 @@ def test_spans_inside_the_call_are_children_of_the_callers_span(capture: Capture
 
 # -- hostile input -------------------------------------------------------------------------
 
+def test_the_malformed_carrier_warning_names_the_callee_and_points_at_the_call(capture: Capture) -> None:
+    with pytest.warns(RlsightWarning, match=r"echo received a malformed trace carrier") as seen:
+        echo(1, **{TRACE_CONTEXT_KWARG: {"traceparent": "00-zz"}})
+    assert seen[0].filename == __file__
+
+
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=80) | st.binary(max_size=20),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),

@@ -14,7 +14,7 @@ from typing import Any
 
 import ray
 
-from rlsight import RL, load_model_span, span
+from rlsight import RL, load_model_span, span, umbrella_span
 from rlsight.propagation import accepts_trace_context, dispatch_with_trace_context
 from rlsight.ray import traced_actor
 from rlsight.runtime import active_runtime
@@ -47,7 +47,7 @@ class SyncWorker:
 
     @accepts_trace_context
     def call_next(self, other: Any, label: str) -> str:
-        with span(RL.ROLLOUT, "rl.test.chain.first_hop"):
+        with umbrella_span(RL.ROLLOUT, "rl.test.chain.first_hop"):
             return str(ray.get(dispatch_with_trace_context(other.work, label)))
 
     @accepts_trace_context

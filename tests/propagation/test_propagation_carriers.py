@@ -10,7 +10,7 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from rlsight import RL, RlsightWarning, span
+from rlsight import RL, RlsightWarning, span, umbrella_span
 from rlsight.propagation import (
     TRACE_CONTEXT_KWARG,
     attach_trace_carrier,
@@ -69,7 +69,7 @@ def test_carrier_round_trips_through_the_w3c_propagator(capture: Capture) -> Non
 
 
 def test_a_thread_joins_the_trace_of_the_carrier_it_was_handed(capture: Capture) -> None:
-    with span(RL.ROLLOUT, "rl.test.controller") as controller:
+    with umbrella_span(RL.ROLLOUT, "rl.test.controller") as controller:
         carrier = current_trace_carrier()
 
     def work() -> None:
@@ -99,7 +99,7 @@ def test_a_long_lived_worker_reattaches_the_carrier_per_unit_of_work(capture: Ca
     thread.start()
     parents = []
     for step in range(3):
-        with span(RL.STEP, "rl.test.step") as step_span:
+        with umbrella_span(RL.STEP, "rl.test.step") as step_span:
             jobs.put((step, current_trace_carrier()))
             parents.append(_ids(step_span))
     jobs.put(None)

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry import trace
 
-from rlsight import RL, RlsightWarning, span
+from rlsight import RL, RlsightWarning, span, umbrella_span
 from rlsight.propagation import (
     TRACE_CONTEXT_KWARG,
     accepts_trace_context,
@@ -218,7 +218,7 @@ def test_spans_inside_the_call_are_children_of_the_callers_span(capture: Capture
         with span(RL.TRAINING, "rl.test.train"):
             pass
 
-    with span(RL.STEP, "rl.test.step") as step:
+    with umbrella_span(RL.STEP, "rl.test.step") as step:
         carrier = trace_context_kwargs()
     train(**carrier)
     (child,) = [s for s in capture.spans() if s.name == "rl.test.train"]

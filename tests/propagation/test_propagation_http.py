@@ -15,7 +15,7 @@ from opentelemetry.instrumentation.aiohttp_client import AioHttpClientInstrument
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 
-from rlsight import RL, span
+from rlsight import RL, span, umbrella_span
 from rlsight.http import instrument_aiohttp_client, instrument_aiohttp_server
 from rlsight.testing import capture_telemetry
 
@@ -88,7 +88,7 @@ def _one(spans: list[ReadableSpan], predicate: object) -> ReadableSpan:
 
 def test_an_http_hop_stays_in_the_callers_trace(service: Service, instrumented_client: None) -> None:
     with capture_telemetry() as cap:
-        with span(RL.ROLLOUT, "rl.test.caller") as caller:
+        with umbrella_span(RL.ROLLOUT, "rl.test.caller") as caller:
             assert _post(service.url) == 1
         spans = list(cap.spans())
     client = _one(spans, lambda s: s.kind is SpanKind.CLIENT)
@@ -102,7 +102,7 @@ def test_an_http_hop_stays_in_the_callers_trace(service: Service, instrumented_c
 
 def test_http_spans_belong_to_the_per_prompt_group(service: Service, instrumented_client: None) -> None:
     with capture_telemetry() as cap:
-        with span(RL.ROLLOUT, "rl.test.caller"):
+        with umbrella_span(RL.ROLLOUT, "rl.test.caller"):
             _post(service.url)
         http = [s for s in cap.spans() if s.kind in (SpanKind.CLIENT, SpanKind.SERVER)]
     assert len(http) == 2
@@ -116,7 +116,7 @@ def test_with_per_prompt_off_the_hop_has_no_spans_but_keeps_the_trace(
     service: Service, instrumented_client: None
 ) -> None:
     with capture_telemetry(span_groups=("per_step",)) as cap:
-        with span(RL.ROLLOUT, "rl.test.caller") as caller:
+        with umbrella_span(RL.ROLLOUT, "rl.test.caller") as caller:
             _post(service.url)
         spans = list(cap.spans())
     assert sorted(s.name for s in spans) == ["rl.test.caller", "rl.test.env.score"]

@@ -14,7 +14,7 @@ from _ray_support import RayCluster, wait_for_spans
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlsight import RL, RlsightWarning, span
+from rlsight import RL, RlsightWarning, umbrella_span
 from rlsight.propagation import TRACE_CONTEXT_KWARG, dispatch_with_trace_context, trace_context_kwargs
 from rlsight.ray import traced_handle, worker_options
 from rlsight.store import SpanRecord
@@ -52,7 +52,7 @@ def test_one_trace_across_actors_tasks_streams_chains_and_http(
     env_port = ray.get(actors.env.serve.remote())
     threaded = traced_handle(actors.threaded)
     with capture_telemetry(run_dir=ray_cluster.run_dir, run_id=ray_cluster.config.run_id):
-        with span(RL.STEP, "rl.test.driver") as driver:
+        with umbrella_span(RL.STEP, "rl.test.driver") as driver:
             results = ray.get([
                 dispatch_with_trace_context(actors.sync.work, "sync"),
                 dispatch_with_trace_context(actors.env.work, "async"),
@@ -141,7 +141,7 @@ def test_traced_actor_names_its_process_before_spans_its_init_opens(
 
 
 def test_with_telemetry_off_calls_pass_no_extra_keyword(actors: Actors) -> None:
-    with span(RL.STEP, "rl.test.driver_off"):
+    with umbrella_span(RL.STEP, "rl.test.driver_off"):
         received = ray.get([
             dispatch_with_trace_context(actors.sync.received),
             actors.sync.received.remote(**trace_context_kwargs()),
@@ -162,13 +162,13 @@ def test_with_telemetry_off_calls_pass_no_extra_keyword(actors: Actors) -> None:
 
 def test_an_undecorated_method_with_var_kwargs_receives_the_carrier(actors: Actors) -> None:
     """Ray's signature check accepts the keyword, so only the decorator can remove it."""
-    with capture_telemetry(), span(RL.STEP, "rl.test.driver"):
+    with capture_telemetry(), umbrella_span(RL.STEP, "rl.test.driver"):
         received = ray.get(dispatch_with_trace_context(actors.sync.received))
     assert received == [TRACE_CONTEXT_KWARG]
 
 
 def test_an_undecorated_method_still_works_and_warns_once(actors: Actors) -> None:
-    with capture_telemetry(), span(RL.STEP, "rl.test.driver"):
+    with capture_telemetry(), umbrella_span(RL.STEP, "rl.test.driver"):
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
             results = ray.get([

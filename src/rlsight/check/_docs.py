@@ -8,7 +8,8 @@ does not document any name by itself, so every concrete phase still needs its ow
 the table also has a ``group`` column, the guard checks the emitted group against it.
 
 A *generated block* sits between ``<!-- rlsight:begin NAME -->`` and
-``<!-- rlsight:end NAME -->``; ``rlsight check`` regenerates it and reports any difference.
+``<!-- rlsight:end NAME -->``, each marker on a line of its own; ``rlsight check`` regenerates
+it and reports any difference.
 Tables inside fenced code blocks are examples, not documentation, and are skipped.
 """
 
@@ -161,7 +162,8 @@ def _read_blocks(path: Path, lines: list[str], display: str, index: DocsIndex) -
     open_name: str | None = None
     open_line = 0
     for n, line in enumerate(lines, start=1):
-        begin, end = _BEGIN.search(line), _END.search(line)
+        # A marker is a line of its own; one quoted in prose or inline code is text.
+        begin, end = _BEGIN.fullmatch(line.strip()), _END.fullmatch(line.strip())
         if begin is not None:
             if open_name is not None:
                 index.marker_errors.append(

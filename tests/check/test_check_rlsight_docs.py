@@ -1,0 +1,98 @@
+"""rlsight's own tree passes its drift guards, and its docs' examples run."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlsight.check import load_check_config, run_check
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = REPO / "docs"
+#: Pages whose code blocks follow the runnable-or-marked convention of docs/check.md.
+PAGES = (
+    "index.md", "quickstart.md", "configuration.md", "span-groups.md", "store.md",
+    "extending.md", "engines.md", "running-at-scale.md", "check.md", "glossary.md",
+)
+_FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+_NOT_RUN = re.compile(r"<!--\s*not run:\s*\S.*?-->\s*$")
+_CODE = frozenset({"python", "bash", "sh", "console"})
+
+
+def _blocks(page: str) -> list[tuple[str, int, str, bool]]:
+    """(language, line, code, marked not-run) for every fenced block of ``page``."""
+    text = (DOCS / page).read_text(encoding="utf-8")
+    out = []
+    for match in _FENCE.finditer(text):
+        before = text[: match.start()].rstrip("\n").splitlines()
+        marked = bool(before) and _NOT_RUN.search(before[-1]) is not None
+        line = text[: match.start()].count("\n") + 1
+        out.append((match.group(1), line, match.group(2), marked))
+    return out
+
+
+_RUNNABLE = [
+    pytest.param(code, id=f"{page}:{line}")
+    for page in PAGES
+    for lang, line, code, marked in _blocks(page)
+    if lang == "python" and not marked
+]
+
+
+def _rlsight_config(docs: Path = DOCS):  # type: ignore[no-untyped-def]
+    return load_check_config(pyproject=REPO / "pyproject.toml").with_overrides(docs=str(docs))
+
+
+def test_rlsight_tree_passes_its_own_check() -> None:
+    report = run_check(_rlsight_config())
+    assert report.violations == [], report.render()
+
+
+def test_every_configured_guard_checked_something() -> None:
+    for result in run_check(_rlsight_config()).results:
+        assert all(n > 0 for key, n in result.counts.items() if key != "per_prompt"), result.summary
+
+
+def test_removing_a_span_table_row_fails(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    shutil.copytree(DOCS, docs)
+    page = docs / "span-groups.md"
+    row = next(line for line in page.read_text().splitlines() if line.startswith("| `rl.train.policy`"))
+    page.write_text(page.read_text().replace(row + "\n", ""))
+    problems = [v.problem for v in run_check(_rlsight_config(docs)).violations]
+    assert any(p.startswith("span 'rl.train.policy' emitted at src/rlsight/demo/") for p in problems)
+
+
+def test_editing_a_generated_table_fails(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    shutil.copytree(DOCS, docs)
+    page = docs / "configuration.md"
+    page.write_text(page.read_text().replace("`RLSIGHT_STRICT`", "`RLSIGHT_STRICT_MODE`"))
+    [violation] = run_check(_rlsight_config(docs)).violations
+    assert violation.path.endswith("configuration.md")
+    assert "generated block 'configuration' is out of date" in violation.problem
+
+
+def test_every_code_block_runs_or_says_why_not() -> None:
+    unmarked = [
+        f"{page}:{line} ({lang})"
+        for page in PAGES
+        for lang, line, _code, marked in _blocks(page)
+        if lang in _CODE and lang != "python" and not marked
+    ]
+    assert unmarked == [], "shell blocks must be preceded by <!-- not run: reason -->"
+    assert _RUNNABLE, "found no runnable example: the block matcher is stale"
+
+
+@pytest.mark.parametrize("code", _RUNNABLE)
+def test_docs_example_runs(code: str, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-W", "error::DeprecationWarning", "-c", code],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]

@@ -639,22 +639,40 @@ class Facts:
     keys_emitted: list[KeyEmit] = field(default_factory=list)
 
 
-@dataclass(slots=True)
 class _Scope:
-    params: frozenset[str]
-    assigned: dict[str, list[ast.expr | None]]
-    class_name: str | None
-    enclosing: _Scope | None
+    """A function's parameters and, computed on first use, what its body assigns to names.
+
+    Most functions never need a name resolved, so the walk over the body is deferred.
+    """
+
+    __slots__ = ("_assigned", "class_name", "enclosing", "node", "params")
+
+    def __init__(
+        self,
+        node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda,
+        class_name: str | None,
+        enclosing: _Scope | None,
+    ) -> None:
+        args = node.args
+        params = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
+        params |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+        self.node = node
+        self.params = frozenset(params)
+        self.class_name = class_name
+        self.enclosing = enclosing
+        self._assigned: dict[str, list[ast.expr | None]] | None = None
+
+    @property
+    def assigned(self) -> dict[str, list[ast.expr | None]]:
+        """Name -> every value assigned to it in the body (``None``: not a plain value)."""
+        if self._assigned is None:
+            self._assigned = _assignments(self.node)
+        return self._assigned
 
 
-def _function_scope(
+def _assignments(
     node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda,
-    class_name: str | None,
-    enclosing: _Scope | None,
-) -> _Scope:
-    args = node.args
-    params = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
-    params |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+) -> dict[str, list[ast.expr | None]]:
     assigned: dict[str, list[ast.expr | None]] = {}
     stack: list[ast.AST] = [node.body] if isinstance(node, ast.Lambda) else list(node.body)
     while stack:
@@ -677,7 +695,7 @@ def _function_scope(
                 if item.optional_vars is not None:
                     _record_target(assigned, item.optional_vars, None)
         stack.extend(ast.iter_child_nodes(current))
-    return _Scope(frozenset(params), assigned, class_name, enclosing)
+    return assigned
 
 
 def _record_target(
@@ -736,6 +754,8 @@ class _Collector(ast.NodeVisitor):
 
     def _traced_handle_targets(self) -> set[str]:
         targets: set[str] = set()
+        if not any("traced_handle" in line for line in self.module.lines):
+            return targets  # skip a second walk over the tree in the common case
         for node in ast.walk(self.module.tree):
             if (
                 isinstance(node, ast.Assign)
@@ -822,7 +842,7 @@ class _Collector(ast.NodeVisitor):
         for default in [*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)]:
             self.visit(default)
         outer = (self.scope, self.class_name, self.per_prompt_depth, self.per_prompt_gates)
-        self.scope = _function_scope(node, self.class_name, self.scope)
+        self.scope = _Scope(node, self.class_name, self.scope)
         self.per_prompt_depth, self.per_prompt_gates = 0, []
         self.qualname.extend([node.name, "<locals>"])
         for stmt in node.body:
@@ -835,7 +855,7 @@ class _Collector(ast.NodeVisitor):
 
     def visit_Lambda(self, node: ast.Lambda) -> None:
         outer = self.scope
-        self.scope = _function_scope(node, self.class_name, self.scope)
+        self.scope = _Scope(node, self.class_name, self.scope)
         self.visit(node.body)
         self.scope = outer
 

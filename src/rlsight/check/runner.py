@@ -47,6 +47,7 @@ _NEEDS_DOCS: Final = frozenset({span_names.GUARD, generated_docs.GUARD})
 # Parts of rlsight that declare nothing a checked project relies on.
 _NOT_EXTERNAL: Final = frozenset({"check", "commands", "demo"})
 _PACKAGE: Final = Path(__file__).resolve().parents[1]
+_DECLARING: Final = ("register_span_groups(", "declare_efficiency_categories(")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,12 +129,21 @@ def _checked_files(config: CheckConfig) -> list[tuple[Path, str]]:
 
 
 def _external_files(checked: list[tuple[Path, str]]) -> list[tuple[Path, str]]:
+    """rlsight's modules that declare groups or categories, plus its re-exporting ``__init__``.
+
+    Parsing the whole package would cost more than checking a typical project; a text scan
+    picks the few modules whose declarations a checked project can rely on.
+    """
     if any(p.is_relative_to(_PACKAGE) for p, _ in checked):
         return []  # rlsight is the checked project: its declarations must stand on their own
     out = []
     for file in python_files(_PACKAGE):
         rel = file.relative_to(_PACKAGE)
         if rel.parts[0] in _NOT_EXTERNAL:
+            continue
+        if rel.as_posix() != "__init__.py" and not any(
+            marker in file.read_text(encoding="utf-8") for marker in _DECLARING
+        ):
             continue
         out.append((file, f"<rlsight>/{rel.as_posix()}"))
     return out

@@ -84,3 +84,23 @@ def test_paths_argument_overrides_the_config(
 ) -> None:
     assert _run(["src/minirl/metrics.py", "--guard", "logger-keys"], monkeypatch, minirl.root) == 1
     assert "found nothing to check: no dict display" in capsys.readouterr().out
+
+
+def test_installed_cli_runs_check_as_a_subprocess(minirl: FixtureProject) -> None:
+    """The real entry point (argument parsing in rlsight.cli, exit code through sys.exit)."""
+    import subprocess
+    import sys
+
+    ok = subprocess.run(
+        [sys.executable, "-m", "rlsight.cli", "check", "--json"],
+        cwd=minirl.root, capture_output=True, text=True, timeout=120,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["ok"] is True
+    minirl.mutate("src/minirl/trainer.py", 'setup_span("actors")', 'setup_span("pool")')
+    failing = subprocess.run(
+        [sys.executable, "-m", "rlsight.cli", "check"],
+        cwd=minirl.root, capture_output=True, text=True, timeout=120,
+    )
+    assert failing.returncode == 1
+    assert "rl.setup.pool" in failing.stdout

@@ -28,6 +28,11 @@ from typing import Final
 from rlsight.check._model import CheckInputError
 
 __all__ = [
+    "DECORATOR_HELPERS",
+    "FIXED_SPANS",
+    "GROUP_AND_NAME_HELPERS",
+    "PER_PROMPT",
+    "UMBRELLA_HELPERS",
     "CarrierDispatch",
     "CarrierMethod",
     "CategoryDeclaration",
@@ -43,6 +48,8 @@ __all__ = [
     "SpanEmit",
     "collect_facts",
     "load_project",
+    "parse_module",
+    "python_files",
 ]
 
 #: Helpers that open a span, with the group and name they imply when those are fixed.
@@ -555,7 +562,6 @@ class GroupDeclaration:
     line: int
     name: Resolved
     umbrella: bool
-    bucket: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -1056,13 +1062,8 @@ class _Collector(ast.NodeVisitor):
     def _span_group(self, node: ast.Call) -> None:
         umbrella_arg = _argument(node, 3, "umbrella")
         umbrella = isinstance(umbrella_arg, ast.Constant) and umbrella_arg.value is True
-        bucket_arg = _argument(node, 2, "bucket")
-        bucket: str | None = None
-        if bucket_arg is not None and not (isinstance(bucket_arg, ast.Constant) and bucket_arg.value is None):
-            resolved = self.resolve(bucket_arg)
-            bucket = next(iter(resolved.values)) if resolved.is_known and len(resolved.values) == 1 else "?"
         name = self.resolve(_argument(node, 0, "name"))
-        self.facts.groups.append(GroupDeclaration(self.module, node.lineno, name, umbrella, bucket))
+        self.facts.groups.append(GroupDeclaration(self.module, node.lineno, name, umbrella))
 
     def _maybe_dispatch(self, node: ast.Call) -> None:
         has_carrier = any(k.arg is None and self._is_carrier(k.value) for k in node.keywords)

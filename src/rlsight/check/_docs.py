@@ -73,7 +73,6 @@ class DocsIndex:
 
     root: Path
     display: str
-    files: list[str] = field(default_factory=list)
     spans: list[DocSpan] = field(default_factory=list)
     span_table_files: list[str] = field(default_factory=list)
     blocks: list[GeneratedBlock] = field(default_factory=list)
@@ -190,7 +189,6 @@ def read_docs(root: Path, display: str) -> DocsIndex:
         rel = path.relative_to(root).as_posix()
         shown = f"{display.rstrip('/')}/{rel}"
         lines = path.read_text(encoding="utf-8").splitlines()
-        index.files.append(shown)
         _read_tables(lines, shown, index)
         _read_blocks(path, lines, shown, index)
     return index

@@ -27,7 +27,8 @@ class InstrumentCache:
     __slots__ = ("_lock", "_slot")
 
     def __init__(self) -> None:
-        self._lock: Final = threading.Lock()
+        # Reentrant: a memo's builder asks for the instruments it binds.
+        self._lock: Final = threading.RLock()
         self._slot: tuple[Meter | None, dict[str, object]] = (None, {})
 
     def counter(self, meter: Meter, name: str, unit: str, description: str) -> Counter:
@@ -54,6 +55,14 @@ class InstrumentCache:
                 name, unit, description, explicit_bucket_boundaries_advisory=boundaries
             ),
         )
+
+    def memo(self, meter: Meter, key: str, create: Callable[[], _I]) -> _I:
+        """Whatever ``create()`` builds from ``meter``'s instruments, kept as long as they are.
+
+        Recorders use it to bind a whole group of instruments once (``key`` must not clash
+        with a metric name; prefix it, e.g. ``group:trainer``).
+        """
+        return self._get(meter, key, create)
 
     def _get(self, meter: Meter, name: str, create: Callable[[], _I]) -> _I:
         owner, instruments = self._slot

@@ -23,6 +23,7 @@ from rlsight.analysis.goodput import (
     label_sums,
 )
 from rlsight.analysis.model import FleetGroup, Fleets, RankUsage
+from rlsight.store._columnar import BUCKET_CODES
 
 __all__ = ["fleets"]
 
@@ -42,13 +43,25 @@ def fleets(table: SpanTable, part: TimelinePartition, run: RunPartition) -> Flee
     timeline_rank = process_rank[table.timeline_process]
     timelines = np.bincount(timeline_rank, minlength=len(keys))
     seg = part.cover
-    ranks = np.arange(len(keys), dtype=np.int64)
-    cover, label = combine_labels(
-        timeline_rank[seg.group], seg.start, seg.end, part.label, None,
-        np.concatenate((ranks, ranks)),
-        np.concatenate((np.full(len(keys), run.start), np.full(len(keys), run.end))),
-    )
-    sums = label_sums(cover, label, len(keys))
+    labelled = part.label >= 0
+    seg_rank = timeline_rank[seg.group]
+    # A rank whose labelled segments all lie on one timeline needs no overlay: its segments
+    # are already disjoint. Only ranks busy on several timelines go through combine_labels.
+    busy_timelines = np.zeros(len(table.timelines), dtype=bool)
+    busy_timelines[seg.group[labelled]] = True
+    multi = np.bincount(timeline_rank[busy_timelines], minlength=len(keys)) > 1
+    direct = labelled & ~multi[seg_rank]
+    sums = np.zeros((len(keys), len(BUCKET_CODES)), dtype=np.int64)
+    np.add.at(sums, (seg_rank[direct], part.label[direct]), seg.length[direct])
+    overlay = labelled & multi[seg_rank]
+    if overlay.any():
+        ranks = np.flatnonzero(multi)
+        cover, label = combine_labels(
+            seg_rank[overlay], seg.start[overlay], seg.end[overlay], part.label[overlay], None,
+            np.concatenate((ranks, ranks)),
+            np.concatenate((np.full(len(ranks), run.start), np.full(len(ranks), run.end))),
+        )
+        sums += label_sums(cover, label, len(keys))
     usage = []
     for i, (group, rank) in enumerate(keys):
         buckets = buckets_from_sums(sums[i], wall)

@@ -1,0 +1,117 @@
+"""Where did the time go: goodput per step and run, startup, fleets, stragglers, volume.
+
+Reads RUN_DIR (a run's store: traces/*.jsonl, metrics/*.jsonl, manifest.json) and prints the
+report; ``--json`` prints one document (schema in docs/cli.md), ``--html FILE`` writes a
+self-contained page. Exit codes: 0 ok; 1 goodput below ``--fail-under``; 2 usage error;
+3 RUN_DIR missing or holding no spans.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from rlsight.cli import EXIT_INPUT, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
+
+__all__ = ["add_arguments", "run"]
+
+
+def _percentage(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; pass a percentage like 55") from None
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"{value} is not a percentage between 0 and 100")
+    return value
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{value} must be > 0 (a number of MADs, default 3)")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register ``rlsight report``'s flags."""
+    parser.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="the run folder to read")
+    parser.add_argument("--json", action="store_true",
+                        help="print the report as one JSON document (schema in docs/cli.md)")
+    parser.add_argument("--html", metavar="FILE", type=Path,
+                        help="also write a self-contained HTML report to FILE")
+    parser.add_argument("--fail-under", metavar="GOODPUT_PCT", type=_percentage,
+                        help="exit 1 when the run's goodput is below this percentage")
+    parser.add_argument("--straggler-mads", metavar="K", type=_positive, default=3.0,
+                        help="a rank is a straggler beyond median + K MADs (default 3)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+@contextmanager
+def _progress(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A rich progress bar on stderr while the run is read, only on a terminal."""
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+    with Progress(TextColumn("reading spans"), BarColumn(), DownloadColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("read", total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+def run(args: argparse.Namespace) -> int:
+    """Analyse the run and print (or write) the report; return the exit code."""
+    from rlsight.analysis import analyze_run
+    from rlsight.errors import StoreError
+
+    run_dir: Path = args.run_dir
+    if not run_dir.is_dir():
+        print(f"rlsight report: no run folder at {run_dir}; pass a folder a run wrote "
+              "(`rlsight runs` lists ./rlsight-runs)", file=sys.stderr)
+        return EXIT_INPUT
+    if args.html is not None and args.html.is_dir():
+        print(f"rlsight report: --html {args.html} is a folder; pass a file name such as "
+              f"{args.html / 'report.html'}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        with _progress(sys.stderr.isatty() and not args.quiet) as progress:
+            report = analyze_run(run_dir, k=args.straggler_mads, progress=progress)
+    except StoreError as exc:
+        print(f"rlsight report: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    if args.json:
+        sys.stdout.write(json.dumps(report.to_dict(), indent=1, allow_nan=False) + "\n")
+    else:
+        from rich.console import Console
+
+        from rlsight.render.table import render_report
+
+        # In a pipe rich assumes 80 columns and would truncate the per-step table.
+        render_report(report, Console(highlight=False, width=None if sys.stdout.isatty() else 132))
+    if args.html is not None:
+        from rlsight.render.html import render_html
+
+        args.html.write_text(render_html(report), encoding="utf-8")
+        print(f"rlsight report: wrote {args.html}", file=sys.stderr)
+    if report.summary.skipped:
+        print(f"rlsight report: skipped {report.summary.skipped} unreadable record(s); "
+              f"first: {report.summary.skipped_examples[0]}", file=sys.stderr)
+    if args.fail_under is not None and report.summary.goodput_pct < args.fail_under:
+        print(f"rlsight report: goodput {report.summary.goodput_pct:.1f}% is below "
+              f"--fail-under {args.fail_under:g}%", file=sys.stderr)
+        return EXIT_PROBLEMS
+    return EXIT_OK

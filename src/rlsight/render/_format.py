@@ -1,0 +1,100 @@
+"""Number formatting shared by the terminal and HTML reports, so both print the same text."""
+
+from __future__ import annotations
+
+from rlsight.analysis.model import Buckets, RunReport
+
+__all__ = ["bucket_row", "clock", "count", "pct", "secs", "startup_line", "summary_line", "volume_lines"]
+
+
+def secs(ns: float, digits: int = 1) -> str:
+    """Nanoseconds as seconds with ``digits`` decimals: ``12.9``."""
+    return f"{ns / 1e9:.{digits}f}"
+
+
+def clock(ns: float) -> str:
+    """A duration as ``42m18s`` (or ``1h02m`` past an hour, ``0.35s`` under a second)."""
+    seconds = ns / 1e9
+    if seconds < 1:
+        return f"{seconds:.2f}s"
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, sec = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{sec:02d}s"
+
+
+def pct(fraction: float) -> str:
+    """A fraction as a whole percentage: ``58%``."""
+    return f"{100 * fraction:.0f}%"
+
+
+def count(value: float) -> str:
+    """A count with k/M suffixes: ``20.1k``, ``1.21M``."""
+    if abs(value) >= 1e6:
+        return f"{value / 1e6:.2f}M"
+    if abs(value) >= 1e4:
+        return f"{value / 1e3:.1f}k"
+    if value == int(value):
+        return f"{int(value)}"
+    return f"{value:.1f}"
+
+
+def summary_line(report: RunReport) -> str:
+    """``run 7f3a91c2  grpo  wall 42m18s  steps 200  goodput 61.4%  (driver timeline)``."""
+    s = report.summary
+    parts = [f"run {s.run_id or '?'}"]
+    if s.algorithm:
+        parts.append(s.algorithm)
+    parts += [f"wall {clock(s.buckets.wall_ns)}", f"steps {s.steps}", f"goodput {s.goodput_pct:.1f}%"]
+    where = "driver timeline" if len(s.controller_timelines) == 1 else (
+        f"{len(s.controller_timelines)} controller timelines" if s.controller_timelines else "no steps")
+    return "  ".join(parts) + f"   ({where})"
+
+
+def startup_line(report: RunReport) -> str:
+    """``startup 3m05s: ray 0m41s | workers 1m52s (load_model max 1m48s on policy/3)``."""
+    st = report.startup
+    phases = []
+    slowest = max(st.load_model_groups, key=lambda g: g.max_ns, default=None)
+    for total in st.phase_totals:
+        text = f"{total.phase} {clock(total.duration_ns)}"
+        if total.phase == "workers" and slowest is not None:
+            text += f" (load_model max {clock(slowest.max_ns)} on {slowest.worker_group}/{slowest.max_rank})"
+        phases.append(text)
+    if slowest is not None and not any(t.phase == "workers" for t in st.phase_totals):
+        phases.append(f"load_model max {clock(slowest.max_ns)} on {slowest.worker_group}/{slowest.max_rank}")
+    if st.unaccounted_ns and phases:
+        phases.append(f"unaccounted {clock(st.unaccounted_ns)}")
+    return f"startup {clock(st.wall_ns)}" + (": " + " | ".join(phases) if phases else "")
+
+
+def volume_lines(report: RunReport) -> list[str]:
+    """Per-step span volume: the per_step groups together, per_prompt, and flagged groups."""
+    v = report.volume
+    if not report.steps:
+        return []
+    steps = len(report.steps)
+    per_step = [g for g in v.groups if g.in_per_step]
+    out = []
+    if per_step:
+        total = sum(sum(g.per_step) for g in per_step) / steps
+        flat = all(g.flat for g in per_step)
+        out.append(f"per_step {count(total)} spans/step ({'flat' if flat else 'varies'})")
+    for g in v.groups:
+        if g.group == "per_prompt":
+            verdict = {True: "scales with prompts", False: "does not scale with prompts",
+                       None: "prompts constant"}[g.scales_with_prompts]
+            out.append(f"per_prompt {count(sum(g.per_step) / steps)} spans/step ({verdict})")
+    for g in v.groups:
+        if g.flagged:
+            out.append(f"WARNING group '{g.group}' is in per_step but its spans scale with prompts "
+                       f"(r={g.correlation:.2f}); emit them under per_prompt_scope()")
+    return out
+
+
+def bucket_row(b: Buckets) -> list[str]:
+    """Seconds per bucket, unattributed and wall, one decimal."""
+    return [secs(b.get(x)) for x in ("productive", "overhead", "idle", "wasted", "unattributed", "wall")]
+

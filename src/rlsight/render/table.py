@@ -1,0 +1,127 @@
+"""The terminal report: the layout of docs/ux (summary, startup, per step, fleets, findings).
+
+Built with rich so it lines up on a terminal and degrades to plain text in a pipe or a file
+(no colour codes when the output is not a TTY).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from rlsight.analysis.model import BUCKET_NAMES, RunReport, Straggler
+from rlsight.render._format import clock, count, pct, secs, startup_line, summary_line, volume_lines
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = ["MAX_FINDINGS", "render_report"]
+
+#: Most straggler lines the terminal report prints (the JSON has all of them).
+MAX_FINDINGS: Final = 5
+_COLUMNS: Final = ("productive", "overhead", "idle", "wasted", "unattributed", "wall")
+
+
+def _stat_cell(report: RunReport, column: str) -> str:
+    summary = report.step_summary
+    assert summary is not None
+    stat = getattr(summary, column)
+    return f"{secs(stat.median_ns)}/{secs(stat.p90_ns)}"
+
+
+def _top_lines(report: RunReport) -> list[str]:
+    steps = len(report.steps)
+    lines = []
+    for bucket in BUCKET_NAMES:
+        if bucket == "productive":
+            continue
+        items = [c for c in report.top if c.bucket == bucket]
+        if not items:
+            continue
+        parts = []
+        for c in items:
+            text = f"{c.name} {secs(c.attributed_ns / max(1, c.steps_present))}"
+            if c.steps_present < steps:
+                text += f" (in {c.steps_present} of {steps} steps)"
+            parts.append(text)
+        lines.append(f"    top {bucket}:  " + "   ".join(parts))
+    return lines
+
+
+def render_report(report: RunReport, console: Console) -> None:
+    """Print ``report`` to ``console`` as the ``rlsight report`` terminal layout."""
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
+    def line(text: str, style: str | None = None) -> None:
+        console.print(Text(text, style=style or ""), soft_wrap=True)
+
+    line(summary_line(report), "bold")
+    line(startup_line(report))
+    console.print()
+    if report.step_summary is not None:
+        table = Table(box=None, show_edge=False, pad_edge=False, title=None,
+                      header_style="bold")
+        table.add_column("per step (median / p90 seconds)", no_wrap=True)
+        for column in _COLUMNS:
+            table.add_column(column, justify="right")
+        table.add_row("  rl.step", *(_stat_cell(report, c) for c in _COLUMNS))
+        console.print(table)
+        for text in _top_lines(report):
+            line(text)
+        superseded = sum(s.superseded for s in report.steps)
+        if superseded:
+            line(f"    restarts: {report.wasted.restarts}, {superseded} step(s) redone "
+                 f"({clock(report.wasted.superseded_wall_ns)} counted as wasted)", "yellow")
+        console.print()
+    if report.fleets.groups:
+        fleets = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
+        for name, justify in (("fleets", "left"), ("ranks", "right"), ("devices", "right"),
+                              ("utilisation", "right"), ("productive", "right"),
+                              ("overhead", "right"), ("wasted", "right"), ("idle", "right")):
+            fleets.add_column(name, justify=justify)  # type: ignore[arg-type]
+        for g in report.fleets.groups:
+            fleets.add_row(f"  {escape(g.worker_group)}", str(g.ranks), str(g.devices), pct(g.utilisation),
+                           pct(g.productive), pct(g.overhead), pct(g.wasted),
+                           pct(g.idle + g.unattributed))
+        console.print(fleets)
+        console.print()
+    s = report.stragglers
+    # One line per (step, rank): its longest straggling span; nested spans of a slow rank
+    # are usually slow too, and listing each says the same thing several times.
+    worst: dict[tuple[int, str, int], list[Straggler]] = {}
+    for f in s.findings:
+        worst.setdefault((f.step_index, f.worker_group, f.rank), []).append(f)
+    if worst:
+        for i, group in enumerate(list(worst.values())[:MAX_FINDINGS]):
+            f = max(group, key=lambda x: (x.duration_ns, x.name))
+            label = "stragglers " if i == 0 else "           "
+            more = f" and {len(group) - 1} more span name(s)" if len(group) > 1 else ""
+            line(f"{label}  step {f.step}: {f.worker_group}/{f.rank} {f.name} {secs(f.duration_ns)}s "
+                 f"vs median {secs(f.median_ns)}s (+{f.excess_mads:.1f} MAD){more}", "yellow")
+        if len(worst) > MAX_FINDINGS:
+            line(f"             ... {len(worst) - MAX_FINDINGS} more (see --json or --html)")
+    else:
+        insufficient = sum(i.steps for i in s.insufficient)
+        line(f"stragglers   none in {s.checks} comparison(s)"
+             + (f"; {insufficient} with insufficient evidence" if insufficient else ""))
+    vol = volume_lines(report)
+    for i, text in enumerate(vol):
+        line(("volume       " if i == 0 else "             ") + text,
+             "red" if text.startswith("WARNING") else None)
+    if report.engine is not None and report.engine.steps:
+        tokens = sum(x.tokens for x in report.engine.steps) / len(report.engine.steps)
+        rate = sum(x.tokens_per_s for x in report.engine.steps) / len(report.engine.steps)
+        line(f"engine       {count(tokens)} gen tokens/step, {count(rate)} tok/s")
+    wasted = sum(report.wasted.by_step_ns)
+    if wasted:
+        top = report.wasted.by_name[0] if report.wasted.by_name else None
+        line(f"wasted       {secs(wasted)}s of wasted work on all ranks"
+             + (f" (most: {top.name} {secs(top.total_ns)}s)" if top else ""))
+    sm = report.summary
+    line(f"read         {count(sm.spans)} spans, {sm.processes} processes, {sm.files} files; "
+         f"{sm.skipped} record(s) skipped", "yellow" if sm.skipped else None)
+    for example in sm.skipped_examples:
+        line(f"             skipped {example}", "yellow")
+    for note in report.notes:
+        line(f"note         {note}", "yellow")

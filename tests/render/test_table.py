@@ -1,0 +1,57 @@
+"""The terminal report: the UX layout, in plain text when not on a terminal."""
+
+from __future__ import annotations
+
+import io
+
+from _build import RunBuilder, analyze
+from _sample import sample_run
+from rich.console import Console
+
+from rlsight.render.table import render_report
+
+
+def _text(run: RunBuilder) -> str:
+    out = io.StringIO()
+    render_report(analyze(run), Console(file=out, width=140, highlight=False))
+    return out.getvalue()
+
+
+def test_the_summary_line_names_run_wall_steps_and_goodput():
+    first = _text(sample_run()).splitlines()[0]
+    assert first.startswith("run run<1>  grpo  wall 1m00s  steps 5  goodput ")
+    assert first.endswith("(driver timeline)")
+
+
+def test_startup_lists_phases_and_the_slowest_model_load():
+    text = _text(sample_run())
+    assert "startup 0m05s: ray 0m02s | workers 0m02s (load_model max 0m03s on policy/2)" in text
+
+
+def test_the_per_step_row_shows_median_and_p90_of_every_bucket():
+    text = _text(sample_run())
+    row = next(line for line in text.splitlines() if line.strip().startswith("rl.step"))
+    assert row.split() == ["rl.step", "6.0/6.0", "1.0/1.0", "1.0/1.0", "0.0/0.0", "2.0/2.0", "10.0/10.0"]
+    assert "top overhead:  rl.refit 1.0" in text
+
+
+def test_fleets_and_stragglers_are_listed():
+    text = _text(sample_run())
+    assert any(line.split()[:3] == ["policy", "3", "6"] for line in text.splitlines())
+    assert "step 4: policy/2 rl.train.policy 7.0s vs median 4.0s" in text
+
+
+def test_markup_in_names_is_printed_literally():
+    """A worker group named like rich markup must not restyle or vanish."""
+    run = RunBuilder()
+    run.process().step(1, 0, 10)
+    run.process("[bold]odd[/bold]", 0).span("x", 0, 1, bucket="productive")
+    assert "[bold]odd[/bold]" in _text(run)
+
+
+def test_skipped_records_and_notes_are_reported():
+    run = RunBuilder()
+    run.process().span("train", 0, 1, bucket="productive")
+    text = _text(run)
+    assert "0 record(s) skipped" in text
+    assert "note         no rl.step spans" in text

@@ -27,7 +27,7 @@ def sample_run() -> RunBuilder:
             w = run.procs[1 + rank] if len(run.procs) > 1 + rank else run.process("policy", rank, devices=2)
             slow = 3 if (rank == 2 and n == 3) else 0
             w.span("rl.train.policy", t, t + 4 + slow, parent=gen, bucket="productive", group="training")
-        for i in range(n + 1):
+        for _ in range(n + 1):
             d.span("rl.env.request", t, t + 1, parent=step, group="per_prompt")
     for rank in range(3):
         run.procs[1 + rank].span("rl.worker.load_model", 1, 3 + rank * 0.5, group="setup",

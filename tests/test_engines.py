@@ -7,6 +7,7 @@ import itertools
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -21,8 +22,11 @@ from rlsight.engines import (
     EngineMetricsReader,
     EngineSeries,
     EngineSnapshot,
+    record_engine_deltas,
 )
 from rlsight.errors import RlsightWarning
+from rlsight.store import read_metrics
+from rlsight.testing import capture_telemetry
 
 PROMPT = EngineSeries("rl.engine.prompt_tokens")
 GENERATION = EngineSeries("rl.engine.generation_tokens")
@@ -361,6 +365,60 @@ class TestFromUrl:
         reader = EngineMetricsReader.from_url(url, flavor="vllm", timeout_s=1.0)
         with pytest.warns(RlsightWarning, match="URLError"):
             assert reader.snapshot() is None
+
+
+class TestRecordEngineDeltas:
+    def test_counter_deltas_carry_step_engine_and_finish_reason(self) -> None:
+        fake = FakeVllm()
+        reader = reader_for(fake)
+        before = reader.snapshot()
+        fake.generate(12)
+        fake.success.labels("m", "0", "length").inc(3)
+        with capture_telemetry() as cap:
+            record_engine_deltas(5, reader.delta(before, reader.snapshot()), engine="gen/0")
+            got = {(p.name, p.attributes.get("rl.engine.finish_reason")): (p.value, p.attributes)
+                   for p in cap.metrics()}
+        assert got[("rl.engine.generation_tokens", None)] == (
+            12.0, {"rl.step": 5, "rl.engine.name": "gen/0"})
+        value, attrs = got[("rl.engine.request.success", "length")]
+        assert value == 3.0 and attrs["rl.step"] == 5
+
+    def test_histogram_delta_becomes_count_sum_and_cumulative_buckets(self) -> None:
+        fake = FakeVllm()
+        reader = reader_for(fake)
+        before = reader.snapshot()
+        for value in (0.05, 0.5, 3.0):
+            fake.ttft.labels("m", "0").observe(value)
+        with capture_telemetry() as cap:
+            record_engine_deltas(1, reader.delta(before, reader.snapshot()), engine="gen/0")
+            points = cap.metrics()
+        by_name = {p.name: p.value for p in points if not p.name.endswith(".bucket")}
+        assert by_name["rl.engine.time_to_first_token.count"] == 3.0
+        assert by_name["rl.engine.time_to_first_token.sum"] == pytest.approx(3.55)
+        buckets = {p.attributes["rl.engine.le"]: p.value for p in points
+                   if p.name == "rl.engine.time_to_first_token.bucket"}
+        assert buckets == {"0.1": 1.0, "1.0": 2.0, "+Inf": 3.0}
+
+    def test_engine_deltas_reach_the_store_with_their_attributes(self, tmp_path: Path) -> None:
+        fake = FakeVllm()
+        reader = reader_for(fake)
+        with capture_telemetry(run_dir=tmp_path):
+            reader.read_delta()
+            fake.generate(7)
+            record_engine_deltas(3, reader.read_delta(), engine="gen/1")
+        (point,) = [p for p in read_metrics(tmp_path).points
+                    if p.name == "rl.engine.generation_tokens"]
+        assert point.value == 7.0
+        assert point.attributes == {"rl.step": 3, "rl.engine.name": "gen/1"}
+
+    def test_without_telemetry_recording_deltas_is_a_no_op(self) -> None:
+        fake = FakeVllm()
+        reader = reader_for(fake)
+        before = reader.snapshot()
+        fake.generate(1)
+        record_engine_deltas(1, reader.delta(before, reader.snapshot()), engine="gen/0")
+        with capture_telemetry() as cap:
+            assert cap.metrics() == []
 
 
 # -- helpers --------------------------------------------------------------------------------

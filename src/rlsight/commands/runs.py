@@ -92,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from rlsight.render._format import count
 
@@ -99,8 +100,9 @@ def run(args: argparse.Namespace) -> int:
     for name in ("run", "started (UTC)", "algorithm", "span groups", "files", "size", "path"):
         table.add_column(name, justify="right" if name in ("files", "size") else "left")
     for e in entries:
-        table.add_row(e.run_id, e.started_at or "-", e.algorithm or "-",
-                      ",".join(e.span_groups) if e.span_groups else "-",
-                      str(e.trace_files + e.metric_files), f"{count(e.size_bytes / 2**20)} MiB", e.path)
-    Console(highlight=False).print(table)
+        cells = (e.run_id, e.started_at or "-", e.algorithm or "-",
+                 ",".join(e.span_groups) if e.span_groups else "-",
+                 str(e.trace_files + e.metric_files), f"{count(e.size_bytes / 2**20)} MiB", e.path)
+        table.add_row(*(Text(c) for c in cells))  # Text: a run id is never read as markup
+    Console(highlight=False, width=None if sys.stdout.isatty() else 200).print(table)
     return EXIT_OK

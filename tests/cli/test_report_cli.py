@@ -1,0 +1,126 @@
+"""`rlsight report`, `rlsight timeline` and `rlsight runs` end to end: exit codes, stdout, files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
+from _build import RunBuilder  # noqa: E402
+
+from rlsight.cli import EXIT_INPUT, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, main  # noqa: E402
+
+
+def _write_run(folder: Path, *, run_id: str = "run1") -> Path:
+    """Goodput 50%: job [0,20]; two steps of 10 s with 5 s of training each."""
+    run = RunBuilder(run_id=run_id)
+    d = run.process()
+    job = d.span("rl.job", 0, 20, group="job")
+    for n in range(2):
+        step = d.step(n + 1, 10 * n, 10 * n + 10, parent=job)
+        d.span("train", 10 * n, 10 * n + 5, parent=step, bucket="productive")
+    w = run.process("policy", 0)
+    w.span("rl.train.policy", 1, 4, bucket="productive")
+    return run.write(folder / run_id)
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    return _write_run(tmp_path)
+
+
+class TestReport:
+    def test_json_prints_one_document_with_the_schema_version(self, run_dir, capsys):
+        assert main(["report", str(run_dir), "--json"]) == EXIT_OK
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["schema_version"] == 1
+        assert doc["summary"]["goodput_pct"] == 50.0 and doc["summary"]["run_id"] == "run1"
+
+    def test_the_text_report_goes_to_stdout_and_nothing_to_stderr(self, run_dir, capsys):
+        assert main(["report", str(run_dir)]) == EXIT_OK
+        out, err = capsys.readouterr()
+        assert out.startswith("run run1  grpo  wall 0m20s  steps 2  goodput 50.0%")
+        assert "0 record(s) skipped" in out and err == ""
+
+    def test_fail_under_exits_1_when_goodput_is_lower(self, run_dir, capsys):
+        assert main(["report", str(run_dir), "--fail-under", "60"]) == EXIT_PROBLEMS
+        assert "goodput 50.0% is below --fail-under 60%" in capsys.readouterr().err
+
+    def test_fail_under_passes_when_goodput_is_at_least_the_threshold(self, run_dir):
+        assert main(["report", str(run_dir), "--fail-under", "50", "--json"]) == EXIT_OK
+
+    def test_fail_under_outside_0_to_100_is_a_usage_error(self, run_dir, capsys):
+        assert main(["report", str(run_dir), "--fail-under", "150"]) == EXIT_USAGE
+        assert "not a percentage" in capsys.readouterr().err
+
+    def test_a_missing_run_folder_exits_3(self, tmp_path, capsys):
+        assert main(["report", str(tmp_path / "nope")]) == EXIT_INPUT
+        err = capsys.readouterr().err
+        assert err.startswith("rlsight report: no run folder at") and "rlsight runs" in err
+
+    def test_a_run_folder_without_spans_exits_3(self, tmp_path, capsys):
+        (tmp_path / "empty" / "traces").mkdir(parents=True)
+        assert main(["report", str(tmp_path / "empty")]) == EXIT_INPUT
+        assert "no spans in" in capsys.readouterr().err
+
+    def test_skipped_records_are_counted_on_stdout_and_stderr(self, run_dir, capsys):
+        with next((run_dir / "traces").glob("driver-*.jsonl")).open("a") as fh:
+            fh.write('{"resourceSpans": [')
+        assert main(["report", str(run_dir)]) == EXIT_OK
+        out, err = capsys.readouterr()
+        assert "1 record(s) skipped" in out and "truncated line" in out
+        assert "skipped 1 unreadable record(s)" in err
+
+    def test_html_writes_a_page(self, run_dir, tmp_path, capsys):
+        page = tmp_path / "report.html"
+        assert main(["report", str(run_dir), "--json", "--html", str(page)]) == EXIT_OK
+        assert page.read_text().startswith("<!DOCTYPE html>")
+        json.loads(capsys.readouterr().out)
+
+    def test_html_into_a_folder_is_a_usage_error(self, run_dir, tmp_path):
+        assert main(["report", str(run_dir), "--html", str(tmp_path)]) == EXIT_USAGE
+
+    def test_the_installed_command_runs_without_a_progress_bar_in_a_pipe(self, run_dir):
+        proc = subprocess.run([sys.executable, "-m", "rlsight.cli", "report", str(run_dir), "--json"],
+                              capture_output=True, text=True, check=False, timeout=120)
+        assert proc.returncode == EXIT_OK and proc.stderr == ""
+        assert json.loads(proc.stdout)["summary"]["steps"] == 2
+
+
+class TestTimeline:
+    def test_writes_a_trace_event_file(self, run_dir, tmp_path, capsys):
+        out = tmp_path / "trace.json"
+        assert main(["timeline", str(run_dir), "-o", str(out)]) == EXIT_OK
+        events = json.loads(out.read_text())["traceEvents"]
+        assert sum(e["ph"] == "X" for e in events) == 6
+        assert "ui.perfetto.dev" in capsys.readouterr().err
+
+    def test_a_missing_run_folder_exits_3(self, tmp_path):
+        assert main(["timeline", str(tmp_path / "nope"), "-o", str(tmp_path / "t.json")]) == EXIT_INPUT
+
+    def test_output_into_a_folder_is_a_usage_error(self, run_dir, tmp_path):
+        assert main(["timeline", str(run_dir), "-o", str(tmp_path)]) == EXIT_USAGE
+
+
+class TestRuns:
+    def test_lists_runs_oldest_first_as_json(self, tmp_path, capsys):
+        _write_run(tmp_path, run_id="b")
+        _write_run(tmp_path, run_id="a")
+        (tmp_path / "not-a-run").mkdir()
+        assert main(["runs", str(tmp_path), "--json"]) == EXIT_OK
+        doc = json.loads(capsys.readouterr().out)
+        assert [r["run_id"] for r in doc["runs"]] == ["a", "b"]
+        assert doc["runs"][0]["trace_files"] == 2 and doc["runs"][0]["algorithm"] == "grpo"
+
+    def test_the_table_names_each_run(self, tmp_path, capsys):
+        _write_run(tmp_path, run_id="[red]x")
+        assert main(["runs", str(tmp_path)]) == EXIT_OK
+        assert "[red]x" in capsys.readouterr().out
+
+    def test_a_missing_folder_exits_3(self, tmp_path, capsys):
+        assert main(["runs", str(tmp_path / "nope")]) == EXIT_INPUT
+        assert "no folder at" in capsys.readouterr().err

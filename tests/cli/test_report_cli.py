@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
-from _build import RunBuilder  # noqa: E402
+from _build import RunBuilder
 
-from rlsight.cli import EXIT_INPUT, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, main  # noqa: E402
+from rlsight.cli import EXIT_INPUT, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, main
 
 
 def _write_run(folder: Path, *, run_id: str = "run1") -> Path:

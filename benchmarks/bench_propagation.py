@@ -1,0 +1,173 @@
+"""What carrying the trace into a Ray call costs.
+
+Targets (issue #3): a Ray actor round trip with the carrier within 1.05x of the same round
+trip without it (same actor, same run, interleaved); and the carrier of a span built once,
+then reused, so a fan-out to many actors injects once.
+
+The actor's method is decorated and does nothing, so the ratio is the propagation overhead
+alone: building the kwargs on the driver, serialising one more argument, and popping,
+parsing (cached) and attaching the context in the worker. Ray starts once (~7 s).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _harness import Result, compare, emit_json, parse_args, ratio_table, time_per_op
+
+import rlsight
+from rlsight import RL, TelemetryConfig, umbrella_span
+from rlsight import propagation as _propagation
+from rlsight.propagation import (
+    accepts_trace_context,
+    current_trace_carrier,
+    dispatch_with_trace_context,
+    trace_context_kwargs,
+)
+
+
+def carrier_build(quick: bool) -> dict[str, object]:
+    """First call under a span (inject) vs every later call under the same span (cache hit)."""
+
+    def first_call() -> object:
+        _propagation._carriers.clear()  # as if the span had just started
+        return current_trace_carrier()
+
+    with umbrella_span(RL.STEP, "rl.bench.step"):
+        res = compare(
+            {
+                "current_trace_carrier() first call": first_call,
+                "current_trace_carrier() reused": current_trace_carrier,
+                "trace_context_kwargs() reused": trace_context_kwargs,
+            },
+            number=2_000 if quick else 20_000, rounds=5 if quick else 15,
+        )
+    return ratio_table(
+        "carrier build: first call under a span vs reused", res,
+        [("first call / reused", "current_trace_carrier() first call", "current_trace_carrier() reused")],
+    )
+
+
+def callee(quick: bool) -> dict[str, object]:
+    """What the decorator adds in the callee, in-process: pop, parse (cached), attach, detach."""
+
+    def plain(x: int) -> int:
+        return x
+
+    decorated = accepts_trace_context(plain)
+    with umbrella_span(RL.STEP, "rl.bench.step"):
+        kwargs = trace_context_kwargs()
+    res = compare(
+        {
+            "undecorated call": lambda: plain(1),
+            "decorated call, no carrier": lambda: decorated(1),
+            "decorated call, with carrier": lambda: decorated(1, **kwargs),
+        },
+        number=2_000 if quick else 20_000, rounds=5 if quick else 15,
+    )
+    return ratio_table(
+        "callee side, in-process (what a worker pays per call)", res,
+        [("with carrier / undecorated", "decorated call, with carrier", "undecorated call"),
+         ("no carrier / undecorated", "decorated call, no carrier", "undecorated call")],
+    )
+
+
+def round_trip(config: TelemetryConfig, quick: bool) -> dict[str, object]:
+    """One actor, called bare and with the carrier, interleaved; plus Ray's own cost of a kwarg.
+
+    The reference pair sends the same keyword to an undecorated ``**kwargs`` method: what
+    Ray charges for one more keyword argument, whoever sends it.
+    """
+    import ray
+
+    from rlsight.ray import ray_runtime_env
+
+    @ray.remote
+    class Echo:
+        @accepts_trace_context
+        def ping(self, x: int) -> int:
+            return x
+
+        def plain(self, x: int, **kwargs: Any) -> int:
+            return x
+
+    ray.init(num_cpus=2, include_dashboard=False, runtime_env=ray_runtime_env(config),
+             log_to_driver=False)
+    try:
+        actor: Any = Echo.remote()
+        ray.get([actor.ping.remote(0), actor.plain.remote(0)])  # the worker is up and warm
+        with umbrella_span(RL.STEP, "rl.bench.step"):
+            carrier = trace_context_kwargs()
+            variants: dict[str, Callable[[], object]] = {
+                "bare": lambda: ray.get(actor.ping.remote(1)),
+                "**trace_context_kwargs()": lambda: ray.get(actor.ping.remote(1, **trace_context_kwargs())),
+                "dispatch_with_trace_context": lambda: ray.get(dispatch_with_trace_context(actor.ping, 1)),
+                "ref: undecorated, bare": lambda: ray.get(actor.plain.remote(1)),
+                "ref: undecorated, same kwarg": lambda: ray.get(actor.plain.remote(1, **carrier)),
+            }
+            # Many short rounds: the shared machine's load drifts, and interleaving follows it.
+            samples = _interleaved(variants, number=20 if quick else 40, rounds=5 if quick else 31)
+    finally:
+        ray.shutdown()
+    pairs = [
+        ("with carrier kwargs / bare (target < 1.05)", "**trace_context_kwargs()", "bare"),
+        ("dispatch_with_trace_context / bare (target < 1.05)", "dispatch_with_trace_context", "bare"),
+        ("ref: one more kwarg, undecorated", "ref: undecorated, same kwarg", "ref: undecorated, bare"),
+    ]
+    doc = ratio_table(
+        "Ray actor round trip, ray.get(actor.ping.remote(1)), same actor", _medians(samples), pairs
+    )
+    paired = {}
+    for label, a, b in pairs:
+        value = statistics.median(x / y for x, y in zip(samples[a], samples[b], strict=True))
+        paired[label] = round(value, 3)
+        print(f"  paired {label:<44} {value:8.3f}x  (median of per-round ratios)")
+    doc["paired_ratios"] = paired
+    return doc
+
+
+def _interleaved(
+    variants: dict[str, Callable[[], object]], *, number: int, rounds: int
+) -> dict[str, list[float]]:
+    """Per-round ns/op of each variant, the order rotating every round.
+
+    Kept per round (not only as medians) so a ratio can also be taken within each round,
+    which cancels the drift between rounds on a shared machine.
+    """
+    names = list(variants)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            samples[name].append(time_per_op(variants[name], number))
+    return samples
+
+
+def _medians(samples: dict[str, list[float]]) -> dict[str, Result]:
+    out = {}
+    for name, values in samples.items():
+        q = statistics.quantiles(values, n=4)
+        out[name] = Result(name, statistics.median(values), q[2] - q[0])
+    return out
+
+
+def main() -> None:
+    args = parse_args()
+    config = TelemetryConfig(run_dir=tempfile.mkdtemp(prefix="rlsight-bench-"), span_groups=["all"])
+    rlsight.setup_telemetry(config)
+    try:
+        docs = [carrier_build(args.quick), callee(args.quick), round_trip(config, args.quick)]
+    finally:
+        rlsight.shutdown_telemetry()
+    if args.json:
+        emit_json(docs)
+
+
+if __name__ == "__main__":
+    main()

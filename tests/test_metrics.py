@@ -98,6 +98,17 @@ class TestRegistration:
         assert not isinstance(caught.value, ValueError)
         assert "trainer" not in registered_metric_groups()
 
+    def test_otel_api_without_sync_gauges_is_an_error_naming_the_version(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """opentelemetry-api < 1.23 has no Meter.create_gauge; that API is simulated here."""
+        from opentelemetry.metrics import Meter
+
+        monkeypatch.delattr(Meter, "create_gauge")
+        register_metric_group("counters_only", [SAMPLES])
+        with pytest.raises(ImportError, match=r"installed opentelemetry-api \d"):
+            register_metric_group("trainer", [LOSS])
+
     def test_registered_groups_are_listed_in_order_read_only(self) -> None:
         register_metric_group("trainer", [LOSS, SAMPLES])
         groups = registered_metric_groups()

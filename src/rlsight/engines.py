@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Final, Literal, NamedTuple, Protocol, TypeAlia
 
 from rlsight._instruments import InstrumentCache
 from rlsight.errors import warn_once
+from rlsight.runtime import active_runtime
 
 if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue
@@ -606,8 +607,6 @@ def record_engine_deltas(
     """
     if not deltas:
         return
-    from rlsight.runtime import active_runtime
-
     runtime = active_runtime()
     meter = None if runtime is None else runtime.meter
     if meter is None:

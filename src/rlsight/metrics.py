@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 from rlsight._instruments import InstrumentCache
 from rlsight.errors import MetricSpecError, warn_once
+from rlsight.runtime import active_runtime
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import Meter
@@ -355,8 +356,6 @@ def record_metrics(
         attributes: Attributes for every point (the tee passes ``rl.step`` and
             ``rl.window``).
     """
-    from rlsight.runtime import active_runtime
-
     runtime = active_runtime()
     if runtime is None:
         return
@@ -405,8 +404,6 @@ def tee_step_metrics(
         window: ``rl.window`` of the group points.
         denominator_s: Wall seconds of this step, for step-window percentages.
     """
-    from rlsight.runtime import active_runtime
-
     runtime = active_runtime()
     if runtime is None:
         return
@@ -485,8 +482,6 @@ def record_inference(
         operation: ``gen_ai.operation.name``, e.g. ``text_completion`` or ``chat``.
         provider: ``gen_ai.provider.name`` (``vllm``, ``sglang``) when known.
     """
-    from rlsight.runtime import active_runtime
-
     runtime = active_runtime()
     if runtime is None:
         return

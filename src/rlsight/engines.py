@@ -41,15 +41,19 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENGINE_SERIES",
+    "FINISH_REASON",
     "FLAVORS",
     "EngineDeltas",
     "EngineFlavor",
     "EngineHistogram",
     "EngineMetricsReader",
     "EngineSeries",
+    "EngineSeriesKind",
     "EngineSeriesSpec",
     "EngineSnapshot",
+    "EngineValue",
     "SourceSeries",
+    "SupportsCollect",
     "record_engine_deltas",
 ]
 

@@ -24,9 +24,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--docs", metavar="DIR", help="docs folder with the span tables (default: docs)")
     parser.add_argument("--json", action="store_true", help="print one JSON document (schema_version 1)")
+    from rlsight.check.config import ALL_GUARDS
+
     parser.add_argument(
         "--guard", action="append", metavar="NAME", dest="guards",
-        help="run only this guard (repeatable); see docs/check.md for the names",
+        help=f"run only this guard (repeatable): {', '.join(ALL_GUARDS)}",
     )
     parser.add_argument(
         "--config", metavar="PYPROJECT", type=Path,

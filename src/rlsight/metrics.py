@@ -303,7 +303,7 @@ def _record_group(
             f"record_metrics: metric group {group!r} is not registered (registered: "
             f"{', '.join(_GROUPS) or 'none'}); call register_metric_group at import. "
             "Nothing is recorded for it",
-            stacklevel=4,
+            stacklevel=3,
         )
         return
     for spec, record in _bind(meter, group, specs):
@@ -325,7 +325,7 @@ def _record_group(
                     + ("OpenTelemetry carries only finite values"
                        if reason == "not_finite" else "a counter only adds")
                     + f", so the point is left out and counted on {SKIPPED}",
-                    stacklevel=4,
+                    stacklevel=3,
                 )
             else:
                 record(value, attributes)
@@ -431,7 +431,7 @@ def _record_efficiency(
             f"rlsight.metrics.denominator:{denominator_s!r}",
             f"tee_step_metrics: denominator_s={denominator_s!r} is not a positive number of "
             "seconds; efficiency percentages fall back to the run window",
-            stacklevel=4,
+            stacklevel=3,
         )
         denominator_s = None
     if denominator_s is not None:
@@ -518,7 +518,7 @@ def _is_amount(value: object, arg: str) -> bool:
         f"rlsight.metrics.inference:{arg}",
         f"record_inference: {arg}={value!r} is not a non-negative number; that measurement "
         "is skipped",
-        stacklevel=4,
+        stacklevel=3,
     )
     return False
 

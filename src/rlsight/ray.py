@@ -217,14 +217,19 @@ def traced_actor(cls: C, /) -> C:
     init: Callable[..., None] = getattr(cls, "__init__")  # noqa: B009 - mypy: __init__ on a type
     worker_group = cls.__name__
 
-    # Keeps __wrapped__: the constructor's signature is unchanged, and Ray validates creation
-    # arguments against inspect.unwrap(__init__).
-    @functools.wraps(init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         if _claim_default_identity():
             _bind_default_identity(worker_group)
         init(self, *args, **kwargs)
 
+    if inspect.isfunction(init):
+        # Keeps __wrapped__: the constructor's signature is unchanged, and Ray validates
+        # creation arguments against inspect.unwrap(__init__).
+        functools.update_wrapper(__init__, init)
+    else:
+        # object.__init__ (or a C type's): Ray writes __signature__ on whatever unwrap
+        # reaches, which a slot wrapper refuses, so unwrap must stop at this function.
+        __init__.__qualname__ = f"{cls.__qualname__}.__init__"
     setattr(cls, "__init__", __init__)  # noqa: B010 - mypy forbids assigning __init__
     return cls
 

@@ -187,6 +187,34 @@ def test_traced_actor_keeps_the_constructor_signature_ray_validates() -> None:
     assert (instance.size, instance.public(5), instance.prop) == (3, 5, 4)
 
 
+def test_ray_accepts_a_traced_actor_without_its_own_init() -> None:
+    """Ray writes __signature__ on inspect.unwrap(__init__): it must not reach object.__init__."""
+    import ray
+
+    @traced_actor
+    class NoInit:
+        def work(self) -> int:
+            return 1
+
+    ray.remote(NoInit)
+    assert inspect.unwrap(NoInit.__init__) is NoInit.__init__
+
+
+def test_ray_accepts_a_traced_actor_with_its_own_init() -> None:
+    import ray
+
+    @traced_actor
+    class WithInit:
+        def __init__(self, size: int) -> None:
+            self.size = size
+
+        async def work(self) -> int:
+            return self.size
+
+    ray.remote(WithInit)
+    assert list(inspect.signature(inspect.unwrap(WithInit.__init__)).parameters)[:2] == ["self", "size"]
+
+
 def test_traced_actor_on_a_non_class_names_the_order_to_use() -> None:
     with pytest.raises(TypeError, match=r"below @ray\.remote"):
         traced_actor(object())  # type: ignore[type-var]

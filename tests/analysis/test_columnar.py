@@ -104,3 +104,35 @@ def test_span_ids_repeated_across_traces_still_find_their_own_parent(run: RunBui
     report = analyze_spans(records)
     assert report.notes == []
     assert [s.spans for s in report.steps] == [2, 2]
+
+
+def _reports_equal(run_dir: Path, **read_options: object) -> None:
+    from rlsight.analysis import analyze_columns
+
+    serial = read_span_columns(run_dir, workers=1)
+    other = read_span_columns(run_dir, **read_options)  # type: ignore[arg-type]
+    assert [(s.path, s.line) for s in other[1]] == [(s.path, s.line) for s in serial[1]]
+    assert analyze_columns(other[0], skipped=other[1]).to_dict() == analyze_columns(
+        serial[0], skipped=serial[1]).to_dict()
+
+
+def test_a_two_process_read_equals_a_serial_read(run: RunBuilder, tmp_path: Path):
+    run_dir = _sample(run).write(tmp_path / "run", per_line=1)
+    _damage(run_dir)
+    _reports_equal(run_dir, workers=2)
+
+
+def test_a_worker_that_cannot_start_leaves_its_shard_to_the_caller(
+    run: RunBuilder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+):
+    run_dir = _sample(run).write(tmp_path / "run")
+    monkeypatch.setattr("sys.executable", str(tmp_path / "no-such-python"))
+    _reports_equal(run_dir, workers=2)
+
+
+def test_a_worker_that_fails_leaves_its_shard_to_the_caller(
+    run: RunBuilder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+):
+    run_dir = _sample(run).write(tmp_path / "run")
+    monkeypatch.setattr("sys.executable", "/bin/false")
+    _reports_equal(run_dir, workers=2)

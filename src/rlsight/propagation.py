@@ -22,7 +22,7 @@ import inspect
 import re
 from collections.abc import AsyncGenerator, Callable, Generator
 from types import TracebackType
-from typing import Any, Final, TypeAlias, TypeVar, cast
+from typing import Any, Final, Protocol, TypeAlias, TypeVar, cast
 
 from opentelemetry import context as _context
 from opentelemetry import trace as _trace
@@ -130,7 +130,13 @@ def trace_context_kwargs() -> dict[str, TraceCarrier]:
 _undecorated: set[str] = set()
 
 
-def dispatch_with_trace_context(method: Any, /, *args: Any, **kwargs: Any) -> Any:
+class _SupportsRemote(Protocol):
+    """What dispatch needs: a Ray actor method, its ``.options(...)``, or a remote function."""
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+def dispatch_with_trace_context(method: _SupportsRemote, /, *args: Any, **kwargs: Any) -> Any:
     """Call ``method.remote(*args, **kwargs)`` with the current trace carrier added.
 
     ``method`` is anything with a ``.remote``: ``handle.method``, ``handle.method.options(...)``
@@ -146,6 +152,8 @@ def dispatch_with_trace_context(method: Any, /, *args: Any, **kwargs: Any) -> An
     Raises:
         TypeError: the arguments do not fit the callee, carrier aside (Ray's own error).
     """
+    # A traced_handle's method would add the carrier itself: dispatch to what it wraps.
+    method = getattr(method, "_rlsight_untraced", method)
     carrier = current_trace_carrier()
     if carrier is None or TRACE_CONTEXT_KWARG in kwargs:
         return method.remote(*args, **kwargs)

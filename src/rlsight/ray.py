@@ -237,21 +237,22 @@ def traced_actor(cls: C, /) -> C:
 class _TracedMethod:
     """``handle.method`` seen through :func:`traced_handle`: ``.remote`` sends the carrier."""
 
-    __slots__ = ("_method",)
+    # Named for dispatch_with_trace_context, which dispatches to the wrapped method directly.
+    __slots__ = ("_rlsight_untraced",)
 
     def __init__(self, method: Any) -> None:
-        self._method = method
+        self._rlsight_untraced = method
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         """``method.remote(...)`` with the current trace carrier (see dispatch_with_trace_context)."""
-        return dispatch_with_trace_context(self._method, *args, **kwargs)
+        return dispatch_with_trace_context(self._rlsight_untraced, *args, **kwargs)
 
     def options(self, **options: Any) -> _TracedMethod:
         """``method.options(...)``, still sending the carrier."""
-        return _TracedMethod(self._method.options(**options))
+        return _TracedMethod(self._rlsight_untraced.options(**options))
 
     def __repr__(self) -> str:
-        return f"traced({self._method!r})"
+        return f"traced({self._rlsight_untraced!r})"
 
 
 class _TracedHandle:

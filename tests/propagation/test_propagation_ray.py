@@ -176,8 +176,9 @@ def test_an_undecorated_method_still_works_and_warns_once(actors: Actors) -> Non
                 dispatch_with_trace_context(actors.sync.plain, 2),
                 traced_handle(actors.sync).plain.remote(3),
                 traced_handle(actors.sync).plain.options(name="plain").remote(4),
+                dispatch_with_trace_context(traced_handle(actors.sync).plain, 5),
             ])
-    assert results == [1, 2, 3, 4]
+    assert results == [1, 2, 3, 4, 5]
     ours = [w for w in seen if issubclass(w.category, RlsightWarning)]
     assert len(ours) == 1
     assert "SyncWorker.plain" in str(ours[0].message)

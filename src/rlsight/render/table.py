@@ -21,11 +21,18 @@ MAX_FINDINGS: Final = 5
 _COLUMNS: Final = ("productive", "overhead", "idle", "wasted", "unattributed", "wall")
 
 
+def _digits(report: RunReport) -> int:
+    """Decimals for per-step seconds: enough that a sub-second step does not print as 0.0."""
+    wall = report.step_summary.wall.median_ns if report.step_summary else 0.0
+    return 1 if wall >= 10e9 else 2 if wall >= 1e9 else 3
+
+
 def _stat_cell(report: RunReport, column: str) -> str:
     summary = report.step_summary
     assert summary is not None
     stat = getattr(summary, column)
-    return f"{secs(stat.median_ns)}/{secs(stat.p90_ns)}"
+    digits = _digits(report)
+    return f"{secs(stat.median_ns, digits)}/{secs(stat.p90_ns, digits)}"
 
 
 def _top_lines(report: RunReport) -> list[str]:
@@ -39,7 +46,7 @@ def _top_lines(report: RunReport) -> list[str]:
             continue
         parts = []
         for c in items:
-            text = f"{c.name} {secs(c.attributed_ns / max(1, c.steps_present))}"
+            text = f"{c.name} {secs(c.attributed_ns / max(1, c.steps_present), _digits(report))}"
             if c.steps_present < steps:
                 text += f" (in {c.steps_present} of {steps} steps)"
             parts.append(text)

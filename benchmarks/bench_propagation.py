@@ -11,6 +11,7 @@ parsing (cached) and attaching the context in the worker. Ray starts once (~7 s)
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import sys
 import tempfile
@@ -161,8 +162,11 @@ def main() -> None:
     args = parse_args()
     config = TelemetryConfig(run_dir=tempfile.mkdtemp(prefix="rlsight-bench-"), span_groups=["all"])
     rlsight.setup_telemetry(config)
+    # With --json, the tables go to stderr so stdout holds the one JSON document.
+    tables = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     try:
-        docs = [carrier_build(args.quick), callee(args.quick), round_trip(config, args.quick)]
+        with tables:
+            docs = [carrier_build(args.quick), callee(args.quick), round_trip(config, args.quick)]
     finally:
         rlsight.shutdown_telemetry()
     if args.json:

@@ -72,3 +72,15 @@ def test_covered_length_is_the_union_length_per_group(rows):
         points = {t for i in range(len(rows)) if g[i] == group
                   for t in range(int(s[i]), int(e[i]))}
         assert got[group] == len(points)
+
+
+@given(intervals)
+@settings(max_examples=100, deadline=None)
+def test_max_cover_is_the_same_when_times_are_too_wide_to_pack(rows):
+    """Times spread over more than 2**62 / groups ns take the lexsort path; same answer."""
+    g, s, e, p = _arrays(rows)
+    scale = 1 << 57
+    narrow = max_cover(g, s, e, p)
+    wide = max_cover(g, s * scale, e * scale, p)
+    assert (wide.winner == narrow.winner).all() and (wide.group == narrow.group).all()
+    assert (wide.start == narrow.start * scale).all()

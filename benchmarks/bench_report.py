@@ -97,8 +97,8 @@ def main() -> None:
     print(f"  target < {TARGET_S:.0f} s and < {TARGET_RSS_GIB:.0f} GiB        {'met' if ok else 'MISSED'}"
           f"   (load average {load:.1f} on {os.cpu_count()} cores)")
     if args.json:
-        emit_json({"title": "rlsight report --json end to end", "spans": written, "wall_s": wall, "cpu_s": cpu,
-                   "peak_rss_gib": rss, "spans_per_s": written / wall, "target_met": ok,
+        emit_json({"title": "rlsight report --json end to end", "spans": written, "wall_s": wall,
+                   "cpu_s": cpu, "peak_rss_gib": rss, "spans_per_s": written / wall, "target_met": ok,
                    "load_average": load})
 
 

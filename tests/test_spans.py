@@ -825,3 +825,17 @@ class TestPerPromptScope:
             with per_prompt_scope():
                 assert get() == 1
             assert cap.spans() == ()
+
+
+def test_traced_accepts_the_span_name_as_a_keyword(capture) -> None:  # type: ignore[no-untyped-def]
+    """``@traced(group, name=...)`` names the span; it must not become an ``rl.name`` attribute."""
+    from rlsight import RL, traced
+
+    @traced(RL.TRAINING, name="rl.train.keyword_named")
+    def step() -> None:
+        return None
+
+    step()
+    (span,) = capture.spans()
+    assert span.name == "rl.train.keyword_named"
+    assert "rl.name" not in (span.attributes or {})

@@ -33,7 +33,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal, NamedTuple, Protocol, TypeAlias
 
 from rlsight._instruments import InstrumentCache
+from rlsight.config import TelemetryConfig
 from rlsight.errors import warn_once
+from rlsight.groups import RL, is_span_group_enabled
 from rlsight.runtime import active_runtime
 
 if TYPE_CHECKING:
@@ -54,6 +56,7 @@ __all__ = [
     "EngineValue",
     "SourceSeries",
     "SupportsCollect",
+    "native_tracing_env",
     "record_engine_deltas",
 ]
 
@@ -642,3 +645,45 @@ def record_engine_deltas(
 
 def _format_le(bound: float) -> str:
     return "+Inf" if bound == math.inf else repr(float(bound))
+
+
+def native_tracing_env(
+    config: TelemetryConfig | None = None,
+    *,
+    service_name: str = "vllm",
+    worker_group: str = "generation",
+) -> dict[str, str]:
+    """Environment for an inference engine process so its own spans join the run.
+
+    Empty unless the run asks for it: ``engine_native_tracing`` is on, the ``engine`` span
+    group is enabled and an OTLP endpoint is configured. Native engine tracing is one span
+    per request, a debugging tool for a few steps, so both switches must be on.
+
+    The protocol is set through ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` explicitly: vLLM reads
+    only that variable, never the generic ``OTEL_EXPORTER_OTLP_PROTOCOL``, and defaults to
+    gRPC, so an http/protobuf run would otherwise have the engine speak gRPC at an HTTP port.
+    Put the result in the engine's own environment only, never the job-wide one: vLLM workers
+    start tracing whenever the endpoint variable is present.
+
+    Args:
+        config: The run's config (default: the active runtime's).
+        service_name: ``service.name`` of the engine's spans.
+        worker_group: ``rl.worker_group`` resource attribute for the engine's spans.
+    """
+    if config is None:
+        rt = active_runtime()
+        if rt is None:
+            return {}
+        config = rt.config
+    if not (config.engine_native_tracing and config.otlp_endpoint and is_span_group_enabled(RL.ENGINE)):
+        return {}
+    endpoint = config.otlp_endpoint.rstrip("/")
+    if config.otlp_protocol == "http/protobuf":
+        endpoint += "/v1/traces"
+    attributes = {"rl.run.id": config.run_id, "rl.worker_group": worker_group, "rl.stage": "rl"}
+    return {
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint,
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": config.otlp_protocol,
+        "OTEL_SERVICE_NAME": service_name,
+        "OTEL_RESOURCE_ATTRIBUTES": ",".join(f"{k}={v}" for k, v in attributes.items()),
+    }

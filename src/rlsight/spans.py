@@ -484,7 +484,7 @@ def _wrap(fn: F, group: str, name: str, attrs: Mapping[str, Any], umbrella: bool
     return cast(F, functools.wraps(fn)(wrapper))
 
 
-def traced(group: str, name: str | None = None, /, **attributes: Any) -> Callable[[F], F]:
+def traced(group: str, /, name: str | None = None, **attributes: Any) -> Callable[[F], F]:
     """Decorate a sync, async, generator or async-generator function with a span per call.
 
     The name (default: the function's ``__qualname__``) and attributes are fixed when
@@ -499,7 +499,7 @@ def traced(group: str, name: str | None = None, /, **attributes: Any) -> Callabl
     return decorate
 
 
-def umbrella_traced(group: str, name: str | None = None, /, **attributes: Any) -> Callable[[F], F]:
+def umbrella_traced(group: str, /, name: str | None = None, **attributes: Any) -> Callable[[F], F]:
     """:func:`traced` for umbrella groups: the span structures the trace and has no bucket."""
 
     def decorate(fn: F) -> F:

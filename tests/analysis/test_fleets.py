@@ -65,3 +65,13 @@ def test_a_restarted_rank_is_one_rank_across_its_processes(run: RunBuilder):
     run.process("policy", 0, pid=2).span("train", 5, 8, bucket="productive")
     ranks = [r for r in analyze(run).fleets.ranks if r.worker_group == "policy"]
     assert len(ranks) == 1 and ranks[0].utilisation == pytest.approx(0.6)
+
+
+def test_wasted_work_counts_as_busy(run: RunBuilder):
+    """A rank computing results that are thrown away is busy, not idle."""
+    run.process().step(1, 0, 10)
+    w = run.process("generation", 0)
+    w.span("generate", 0, 3, bucket="productive")
+    w.span("aborted", 3, 5, bucket="wasted")
+    (rank,) = [r for r in analyze(run).fleets.ranks if r.worker_group == "generation"]
+    assert rank.utilisation == pytest.approx(0.5)

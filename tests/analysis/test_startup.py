@@ -46,3 +46,10 @@ def test_overlapping_setup_phases_are_not_counted_twice_in_unaccounted(run: RunB
     d.span("rl.setup.b", 2, 8, group="setup")
     d.step(1, 10, 11)
     assert analyze(run).startup.unaccounted_ns == 2 * SEC
+
+
+def test_a_setup_phase_running_past_the_first_step_counts_only_until_it(run: RunBuilder):
+    d = run.process()
+    d.span("rl.setup.warmup", 0, 12, group="setup")
+    d.step(1, 10, 20)
+    assert analyze(run).startup.unaccounted_ns == 0

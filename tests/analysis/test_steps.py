@@ -1,0 +1,43 @@
+"""Which step a span belongs to: trace ancestry first, then time."""
+
+from __future__ import annotations
+
+from _build import RunBuilder, analyze
+
+
+def _steps_of(run: RunBuilder) -> dict[str, list[int]]:
+    """Span counts per step index, by span group (through the volume per-step counts)."""
+    return {g.group: g.per_step for g in analyze(run).volume.groups}
+
+
+def test_a_span_under_a_step_belongs_to_it_whatever_its_time(run: RunBuilder):
+    d = run.process()
+    s1 = d.step(1, 0, 10)
+    d.step(2, 10, 20)
+    d.span("late_child", 12, 13, parent=s1, group="a")
+    assert _steps_of(run)["a"] == [1, 0]
+
+
+def test_a_span_in_another_trace_belongs_to_the_step_it_starts_in(run: RunBuilder):
+    run.process().step(1, 0, 10)
+    run.process().step(2, 10, 20)
+    run.process("policy", 0).span("worker_root", 11, 25, group="a")
+    assert _steps_of(run)["a"] == [0, 1]
+
+
+def test_a_span_that_starts_just_before_a_step_and_ends_in_it_belongs_to_it(run: RunBuilder):
+    """Clock skew between hosts: the worker's span starts 0.5 s before the step it serves."""
+    d = run.process()
+    d.step(1, 0, 10)
+    d.step(2, 12, 20)
+    run.process("policy", 0).span("skewed", 11.5, 15, group="a")
+    assert _steps_of(run)["a"] == [0, 1]
+
+
+def test_a_span_enclosing_steps_belongs_to_none(run: RunBuilder):
+    d = run.process()
+    d.span("rl.job", 0, 30, group="job")
+    d.step(1, 5, 10)
+    d.step(2, 10, 20)
+    groups = {g.group: g for g in analyze(run).volume.groups}
+    assert groups["job"].per_step == [0, 0] and groups["job"].outside_steps == 1

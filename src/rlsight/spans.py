@@ -51,7 +51,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: Last dotted segments whose values are replaced by ``"<redacted>"``: content, not counts.
 REDACTED_KEYS: Final = frozenset({
     "prompt", "prompts", "completion", "completions", "token", "tokens", "secret", "secrets",
-    "password", "passwords", "api_key", "authorization",
+    "password", "passwords", "api_key", "api_keys", "authorization", "authorizations",
 })
 _REDACTED: Final = "<redacted>"
 _SCALARS: Final = (str, bool, int, float)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from _build import RunBuilder
+from _build import SEC, T0, RunBuilder
+
+from rlsight.store import MetricPoint
 
 HOSTILE_SPAN = "<script>alert(1)</script>"
 HOSTILE_GROUP = "</script><script>alert(2)</script>"
@@ -35,3 +37,17 @@ def sample_run() -> RunBuilder:
     odd = run.process(HOSTILE_GROUP, 0)
     odd.span("rl.data_plane.put", 6, 7, bucket="overhead", group="data_plane")
     return run
+
+
+def sample_metrics() -> list[MetricPoint]:
+    """Generation tokens for each of the sample run's five steps (cumulative points)."""
+    return [
+        MetricPoint(
+            name="rl.engine.generation_tokens", kind="sum", unit="{token}",
+            time_ns=T0 + (15 + 10 * n) * SEC, start_time_ns=T0,
+            attributes={"rl.step": n + 1, "rl.engine.name": "generation/0"},
+            resource={"service.instance.id": "run<1>/generation/0/9"}, value=1000 * (n + 1),
+            is_monotonic=True, temporality=2,
+        )
+        for n in range(5)
+    ]

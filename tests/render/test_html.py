@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from _build import analyze
-from _sample import HOSTILE_GROUP, HOSTILE_SPAN, sample_run
+from _sample import HOSTILE_GROUP, HOSTILE_SPAN, sample_metrics, sample_run
 
 from rlsight.analysis import RunReport
 from rlsight.render.html import render_html
@@ -54,3 +54,8 @@ def test_the_straggler_table_names_the_slow_rank():
     report, page = _page()
     assert [(s.worker_group, s.rank, s.step) for s in report.stragglers.findings] == [("policy", 2, 4)]
     assert "<td>policy/2</td>" in page
+
+
+def test_engine_metrics_add_the_tokens_per_second_chart():
+    page = render_html(analyze(sample_run(), metrics=sample_metrics()))
+    assert 'id="engine-chart"' in page and "No engine metrics" not in page

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from _build import analyze
-from _sample import sample_run
+from _sample import sample_metrics, sample_run
 
 from rlsight.render.html import render_html
 
@@ -34,7 +34,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     """(DOM after scripts ran, Chromium's log) for the sample report."""
     tmp = tmp_path_factory.mktemp("browser")
     page = tmp / "report.html"
-    page.write_text(render_html(analyze(sample_run())), encoding="utf-8")
+    page.write_text(render_html(analyze(sample_run(), metrics=sample_metrics())), encoding="utf-8")
     proc = subprocess.run(
         [_chromium(), *_FLAGS, f"--user-data-dir={tmp / 'profile'}", page.as_uri()],
         capture_output=True, text=True, timeout=120, check=False,
@@ -46,9 +46,9 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
 def test_every_chart_rendered(rendered: tuple[str, str]):
     dom, _ = rendered
     canvases = re.findall(r"<canvas[^>]*>", dom)
-    assert len(canvases) == 4
+    assert len(canvases) == 5
     assert all('data-rendered="true"' in c for c in canvases)
-    assert re.search(r'<body[^>]*data-charts-rendered="4"', dom)
+    assert re.search(r'<body[^>]*data-charts-rendered="5"', dom)
 
 
 def test_the_page_logs_nothing_to_the_console(rendered: tuple[str, str]):

@@ -136,3 +136,14 @@ def test_a_worker_that_fails_leaves_its_shard_to_the_caller(
     run_dir = _sample(run).write(tmp_path / "run")
     monkeypatch.setattr("sys.executable", "/bin/false")
     _reports_equal(run_dir, workers=2)
+
+
+def test_malformed_attribute_values_do_not_stop_the_analysis(run: RunBuilder):
+    """A list where a bucket name belongs, a string thread id: noted or defaulted, never a crash."""
+    d = run.process()
+    step = d.step(1, 0, 10)
+    d.span("odd_bucket", 0, 5, parent=step, **{"rl.bucket": ["productive"], "rl.span_group": 7})
+    d.span("odd_thread", 5, 6, parent=step, bucket="overhead", **{"thread.id": "main"})
+    report = analyze(run)
+    assert any("unknown rl.bucket value" in n for n in report.notes)
+    assert report.summary.buckets.productive_ns == 0

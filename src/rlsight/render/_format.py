@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from rlsight.analysis.model import Buckets, RunReport
+from rlsight.analysis.model import RunReport
 
-__all__ = ["bucket_row", "clock", "count", "pct", "secs", "startup_line", "summary_line", "volume_lines"]
+__all__ = ["clock", "count", "pct", "secs", "startup_line", "summary_line", "volume_lines"]
 
 
 def secs(ns: float, digits: int = 1) -> str:
@@ -92,9 +92,4 @@ def volume_lines(report: RunReport) -> list[str]:
             out.append(f"WARNING group '{g.group}' is in per_step but its spans scale with prompts "
                        f"(r={g.correlation:.2f}); emit them under per_prompt_scope()")
     return out
-
-
-def bucket_row(b: Buckets) -> list[str]:
-    """Seconds per bucket, unattributed and wall, one decimal."""
-    return [secs(b.get(x)) for x in ("productive", "overhead", "idle", "wasted", "unattributed", "wall")]
 

@@ -133,8 +133,8 @@ class _Batch:
     span_id: NDArray[np.uint64]
     parent_id: NDArray[np.uint64]
     thread: list[int]
-    bucket: list[object]
-    group: list[object]
+    bucket: list[str | None]
+    group: list[str | None]
     concurrent: list[bool]
     step_no: list[int]
     batch_size: list[float]
@@ -150,6 +150,11 @@ def _values(attrs: tuple[Mapping[str, Any], ...], key: str, kind: str | None) ->
     return [v.get(kind) if type(v) is dict else None for v in values]
 
 
+def _strings(values: list[Any]) -> list[str | None]:
+    """Values as strings (None stays None), so a malformed value is an unknown name, not a crash."""
+    return [v if v is None or type(v) is str else str(v) for v in values]
+
+
 def _numbers(attrs: tuple[Mapping[str, Any], ...], key: str, otlp: bool) -> list[float]:
     values = [a.get(key) for a in attrs]
     if values.count(None) == len(values):
@@ -162,7 +167,10 @@ def _convert(rows: list[_Row], *, otlp: bool) -> _Batch:
     trace, sid, pid, name, start, end, status, resource, attrs = zip(*rows, strict=True)
     int_kind = "intValue" if otlp else None
     str_kind = "stringValue" if otlp else None
-    thread = [0 if t is None else int(t) for t in _values(attrs, "thread.id", int_kind)]
+    # OTLP writes int64 as a decimal string; a value that is not one makes the request not
+    # OTLP (read_spans skips it too). Decoded records are taken leniently.
+    thread = ([0 if t is None else int(t) for t in _values(attrs, "thread.id", int_kind)] if otlp
+              else [_integer(t, 0) for t in _values(attrs, "thread.id", None)])
     step_values = _values(attrs, "rl.step", int_kind)
     keep = [] if _KEEP_ATTRIBUTES.isdisjoint(name) else [
         (i, _decode_all(a) if otlp else dict(a))
@@ -171,8 +179,8 @@ def _convert(rows: list[_Row], *, otlp: bool) -> _Batch:
     return _Batch(
         rows=len(rows), trace=trace, name=name, start=start, end=end, status=status,
         resource=resource, span_id=_hex_ids(sid), parent_id=_hex_ids(pid), thread=thread,
-        bucket=_values(attrs, "rl.bucket", str_kind),
-        group=_values(attrs, "rl.span_group", str_kind),
+        bucket=_strings(_values(attrs, "rl.bucket", str_kind)),
+        group=_strings(_values(attrs, "rl.span_group", str_kind)),
         concurrent=[v is True for v in _values(attrs, "rl.concurrent", "boolValue" if otlp else None)],
         step_no=[NO_STEP if n != _STEP_SPAN else _integer(v, NO_STEP)
                  for n, v in zip(name, step_values, strict=True)],
@@ -226,11 +234,9 @@ class _Builder:
         traces, names, groups = self.traces, self.names, self.groups
         self.trace.extend([traces.setdefault(str(t), len(traces)) for t in batch.trace])
         self.name.extend([names.setdefault(str(n), len(names)) for n in batch.name])
-        self.group.extend([0 if g is None else groups.setdefault(str(g), len(groups))
-                           for g in batch.group])
+        self.group.extend([0 if g is None else groups.setdefault(g, len(groups)) for g in batch.group])
         # -2 marks a bucket value that is not one of the four; finish() counts and clears it.
-        self.bucket.extend([-1 if b is None else BUCKET_CODES.get(b, -2)  # type: ignore[call-overload]
-                            for b in batch.bucket])
+        self.bucket.extend([-1 if b is None else BUCKET_CODES.get(b, -2) for b in batch.bucket])
         self.start.extend(batch.start)
         self.end.extend(batch.end)
         self.status.extend(batch.status)

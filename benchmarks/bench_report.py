@@ -90,7 +90,7 @@ def main() -> None:
           f"generated in {gen_s:.1f} s)")
     print(f"  end-to-end wall (median of {rounds})   {wall:8.2f} s      rounds: "
           + ", ".join(f"{s[0]:.2f}" for s in samples))
-    print(f"  CPU of the report process (median)  {cpu:8.2f} s      (its reader worker not included)")
+    print(f"  CPU, report + reader worker (median) {cpu:7.2f} s")
     print(f"  peak RSS, process tree (max)        {rss:8.2f} GiB")
     print(f"  throughput                          {written / wall / 1e3:8.0f} k spans/s")
     print(f"  JSON document                       {samples[0][3] / 2**10:8.0f} KiB")

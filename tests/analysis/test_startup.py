@@ -34,8 +34,8 @@ def test_setup_phases_form_a_waterfall_in_start_order(run: RunBuilder):
 
 def test_load_model_keeps_each_ranks_longest_load_and_the_groups_slowest_rank(run: RunBuilder):
     s = analyze(_run(run)).startup
-    assert [(x.rank, x.duration_ns, x.backend) for x in s.load_model] == [
-        (0, 4 * SEC, "dtensor"), (1, 4.5 * SEC, "dtensor")]
+    assert [(x.rank, x.start_offset_ns, x.duration_ns, x.backend) for x in s.load_model] == [
+        (0, 3.5 * SEC, 4 * SEC, "dtensor"), (1, 3.5 * SEC, 4.5 * SEC, "dtensor")]
     (group,) = s.load_model_groups
     assert (group.worker_group, group.ranks, group.max_ns, group.max_rank) == ("policy", 2, 4.5 * SEC, 1)
 

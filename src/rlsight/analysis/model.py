@@ -178,6 +178,8 @@ class LoadModel:
 
     worker_group: str
     rank: int
+    start_offset_ns: int
+    """Start relative to the run's start."""
     duration_ns: int
     backend: str | None
 

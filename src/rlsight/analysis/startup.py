@@ -47,7 +47,7 @@ def startup(table: SpanTable, steps: Steps, run_start: int, run_end: int) -> Sta
     )
     startup_id = table.name_id(STARTUP_SPAN)
     startup_spans = np.flatnonzero(cols.name == startup_id) if startup_id >= 0 else np.zeros(0, np.int64)
-    loads = _load_model(table)
+    loads = _load_model(table, run_start)
     first_startup = startup_spans[np.argmin(cols.start[startup_spans])] if len(startup_spans) else -1
     return Startup(
         wall_ns=wall,
@@ -60,7 +60,7 @@ def startup(table: SpanTable, steps: Steps, run_start: int, run_end: int) -> Sta
     )
 
 
-def _load_model(table: SpanTable) -> list[LoadModel]:
+def _load_model(table: SpanTable, run_start: int) -> list[LoadModel]:
     cols = table.cols
     name = table.name_id(LOAD_MODEL_SPAN)
     if name < 0:
@@ -75,7 +75,8 @@ def _load_model(table: SpanTable) -> list[LoadModel]:
     out = []
     for (group, rank), (d, span) in sorted(best.items()):
         backend = cols.kept_attributes.get(span, {}).get("rl.backend")
-        out.append(LoadModel(group, rank, d, None if backend is None else str(backend)))
+        out.append(LoadModel(group, rank, int(cols.start[span]) - run_start, d,
+                             None if backend is None else str(backend)))
     return out
 
 

@@ -21,8 +21,10 @@ from rlsight.render._format import clock, count, pct, secs, startup_line, summar
 
 __all__ = ["MAX_TABLE_ROWS", "render_html"]
 
-#: Longest table the page shows (top spans, ranks, stragglers); the JSON has everything.
+#: Longest table the page shows (top spans, stragglers); the JSON has everything.
 MAX_TABLE_ROWS: Final = 40
+#: Ranks listed under "least utilised".
+_LEAST_UTILISED: Final = 12
 
 _PARTS: Final = ("productive", "overhead", "idle", "wasted", "unattributed")
 _COLORS: Final = {"productive": "#2e7d32", "overhead": "#f9a825", "idle": "#90a4ae",
@@ -115,6 +117,11 @@ def _json_for_script(data: Any) -> str:
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
+def _bar(start_ns: int, duration_ns: int) -> list[float]:
+    """A floating bar [start, end] in seconds (the waterfall's encoding)."""
+    return [start_ns / 1e9, (start_ns + duration_ns) / 1e9]
+
+
 def _chart_data(report: RunReport) -> dict[str, Any]:
     names = _PARTS
     steps = report.steps
@@ -124,7 +131,9 @@ def _chart_data(report: RunReport) -> dict[str, Any]:
                   for g in report.fleets.groups]
     volume = [g for g in report.volume.groups if any(g.per_step)]
     engine = report.engine.steps if report.engine is not None else []
-    loads = st.load_model[:MAX_TABLE_ROWS]
+    # One bar per worker group: its slowest rank's load, which is when the group is ready.
+    loads = [next(x for x in st.load_model if (x.worker_group, x.rank) == (g.worker_group, g.max_rank))
+             for g in st.load_model_groups]
     return {
         "colors": _COLORS,
         "steps": {
@@ -133,9 +142,10 @@ def _chart_data(report: RunReport) -> dict[str, Any]:
                        for n in names],
         },
         "startup": {
-            "labels": [p.phase for p in st.phases] + [f"load_model {x.worker_group}/{x.rank}" for x in loads],
-            "ranges": [[p.start_offset_ns / 1e9, (p.start_offset_ns + p.duration_ns) / 1e9]
-                       for p in st.phases] + [[0, x.duration_ns / 1e9] for x in loads],
+            "labels": [p.phase for p in st.phases]
+            + [f"load_model {x.worker_group} (slowest: rank {x.rank})" for x in loads],
+            "ranges": [_bar(p.start_offset_ns, p.duration_ns) for p in st.phases]
+            + [_bar(x.start_offset_ns, x.duration_ns) for x in loads],
         },
         "fleets": {
             "labels": [g for g, _ in fleet_rows],
@@ -203,7 +213,7 @@ def _sections(report: RunReport) -> list[str]:
         out.append(_table(["rank", "devices", "timelines", "utilisation", "productive", "overhead", "idle"],
                           [[f"{r.worker_group}/{r.rank}", r.devices, r.timelines, pct(r.utilisation),
                             pct(r.buckets.fraction("productive")), pct(r.buckets.fraction("overhead")),
-                            pct(r.buckets.fraction("idle"))] for r in ranks[:MAX_TABLE_ROWS]]))
+                            pct(r.buckets.fraction("idle"))] for r in ranks[:_LEAST_UTILISED]]))
     out.append("<h2>Stragglers</h2>")
     sg = report.stragglers
     out.append(f'<p class="muted">k = {sg.k:g} MADs; {sg.checks} comparison(s) with enough evidence, '

@@ -81,6 +81,15 @@ class TestReport:
         assert page.read_text().startswith("<!DOCTYPE html>")
         json.loads(capsys.readouterr().out)
 
+    def test_without_the_analysis_extra_it_says_what_to_install(self, run_dir, capsys, monkeypatch):
+        import importlib.util
+
+        real = importlib.util.find_spec
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda name, *a: None if name == "numpy" else real(name, *a))
+        assert main(["report", str(run_dir)]) == EXIT_USAGE
+        assert "pip install 'rlsight[analysis]'" in capsys.readouterr().err
+
     def test_html_into_a_folder_is_a_usage_error(self, run_dir, tmp_path):
         assert main(["report", str(run_dir), "--html", str(tmp_path)]) == EXIT_USAGE
 

@@ -9,6 +9,7 @@ self-contained page. Exit codes: 0 ok; 1 goodput below ``--fail-under``; 2 usage
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -75,6 +76,11 @@ def _progress(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
 
 def run(args: argparse.Namespace) -> int:
     """Analyse the run and print (or write) the report; return the exit code."""
+    missing = [m for m in ("numpy", "orjson", "rich") if importlib.util.find_spec(m) is None]
+    if missing:
+        print(f"rlsight report: needs {', '.join(missing)}, from the analysis extra; "
+              "install it with: pip install 'rlsight[analysis]'", file=sys.stderr)
+        return EXIT_USAGE
     from rlsight.analysis import analyze_run
     from rlsight.errors import StoreError
 

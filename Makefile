@@ -3,9 +3,9 @@
 SHELL := /bin/bash
 PY := .venv/bin/python
 UV := $(shell command -v uv 2>/dev/null || echo "$(HOME)/.local/bin/uv")
-UV_FLAGS := --native-tls
+UV_FLAGS := --system-certs
 
-.PHONY: venv test lint typecheck check bench demo clean
+.PHONY: venv test lint typecheck check bench demo clean browser
 
 $(UV):
 	python3 -m pip install --quiet --user uv || python3 -m pip install --quiet uv
@@ -22,7 +22,12 @@ lint: venv
 check: venv
 	.venv/bin/rlsight check
 
-test: venv
+# The HTML report's tests drive a real headless Chromium (Debian's package).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { echo "installing Debian's chromium for the browser tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: venv browser
 	.venv/bin/ruff check src tests benchmarks
 	.venv/bin/mypy
 	.venv/bin/rlsight check

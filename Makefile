@@ -2,16 +2,15 @@
 # uv is bootstrapped with pip when missing: pip takes minutes here, uv seconds.
 SHELL := /bin/bash
 PY := .venv/bin/python
-UV := $(shell command -v uv 2>/dev/null || echo "$(HOME)/.local/bin/uv")
+UV := $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
 UV_FLAGS := --system-certs
 
 .PHONY: venv test lint typecheck check bench demo clean browser
 
-$(UV):
-	python3 -m pip install --quiet --user uv || python3 -m pip install --quiet uv
-
 venv: .venv/.synced
-.venv/.synced: pyproject.toml uv.lock | $(UV)
+.venv/.synced: pyproject.toml uv.lock
+	@command -v uv >/dev/null 2>&1 || python3 -m uv --version >/dev/null 2>&1 \
+	  || { echo "bootstrapping uv with pip"; python3 -m pip install --quiet uv; }
 	$(UV) sync $(UV_FLAGS) --frozen --extra dev
 	@touch $@
 

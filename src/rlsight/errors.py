@@ -88,6 +88,12 @@ def warn_once(
     return True
 
 
+def _after_fork() -> None:
+    """Replace the warn-once lock in a forked child (another thread may have held it)."""
+    global _warned_lock
+    _warned_lock = threading.Lock()
+
+
 def _reset_warn_once() -> None:
     """Forget which warnings were shown (used by ``rlsight.testing`` between captures)."""
     with _warned_lock:

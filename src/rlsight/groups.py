@@ -303,6 +303,11 @@ def _activate(spec: Iterable[str]) -> SpanGroupResolution:
     return set_span_group_spec(list(spec))
 
 
+def _after_fork() -> None:
+    """Replace the registry lock in a forked child (another thread may have held it)."""
+    _REGISTRY.lock = threading.RLock()
+
+
 def _deactivate() -> None:
     """Turn every group off (runtime shutdown); the registry and spec stay."""
     with _REGISTRY.lock:

@@ -451,7 +451,7 @@ def _quiet(fn: Any) -> bool:
 
 
 _ACTIVE: Telemetry | None = None
-_ACTIVE_LOCK: Final = threading.Lock()
+_ACTIVE_LOCK = threading.Lock()
 _ATEXIT_REGISTERED = False
 
 
@@ -472,9 +472,40 @@ def _install(telemetry: Telemetry) -> Telemetry:
         _ACTIVE = telemetry
         if not _ATEXIT_REGISTERED:
             atexit.register(_shutdown_at_exit)
+            os.register_at_fork(after_in_child=_restart_after_fork)
             _ATEXIT_REGISTERED = True
     _groups._activate(telemetry.config.span_groups)
     return telemetry
+
+
+def _restart_after_fork() -> None:
+    """Give a forked child telemetry of its own instead of the parent's dead one.
+
+    A fork copies the parent's runtime without its export threads, so every span the child
+    ended would sit in a queue nobody drains, in a file named after the parent's pid. The
+    child gets a fresh, deferred runtime with the same config and identity: its own
+    ``process.pid``, ``service.instance.id`` and store files, built on its first span. Locks
+    another parent thread held at fork time are replaced, not waited on.
+    """
+    global _ACTIVE, _ACTIVE_LOCK
+    from rlsight.errors import _after_fork as _errors_after_fork
+
+    _ACTIVE_LOCK = threading.Lock()
+    _groups._after_fork()
+    _errors_after_fork()
+    parent = _ACTIVE
+    _ACTIVE = None
+    if parent is None or parent._shut_down:
+        _groups._deactivate()
+        return
+    ident = parent._identity
+    child = Telemetry(
+        parent.config,
+        _Identity(ident.worker_group, ident.rank, ident.world_size, ident.devices,
+                  dict(ident.resource_attributes)),
+        deferred=True,
+    )
+    _install(child)
 
 
 def _shutdown_at_exit() -> None:

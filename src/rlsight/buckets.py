@@ -59,6 +59,9 @@ class bucket_scope:
     spans would count as productive. Efficiency spans keep their declared category: an
     ``idle/...`` wait inside validation is still a wait. Umbrella spans are unaffected.
 
+    Write ``with bucket_scope(...)`` at each use: a scope object remembers the one block it
+    is entered for, so a single instance shared by concurrent tasks cannot restore them all.
+
     Args:
         bucket: A :class:`Bucket` or its string value.
 

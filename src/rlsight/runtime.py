@@ -62,8 +62,10 @@ class ShutdownReport:
     """What :func:`shutdown_telemetry` did.
 
     ``dropped`` counts spans that never reached a sink, keyed ``"<sink>/<reason>"``
-    (``otlp/shutdown_timeout``, ``store/queue_full``...). Spans the local store wrote are
-    on disk whatever happened to the collector.
+    (``otlp/shutdown_timeout``, ``store/queue_full``...); a batch an exporter was still
+    holding when the budget ran out counts as dropped even if it lands later. ``timed_out``
+    is true when some step did not complete within the budget (or failed). Spans the local
+    store wrote are on disk whatever happened to the collector.
     """
 
     elapsed_ms: float

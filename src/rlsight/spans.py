@@ -82,7 +82,7 @@ class _NoopSpan:
 _NOOP: Final = _NoopSpan()
 
 
-def _clean_attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
+def _clean_attributes(attributes: Mapping[str, Any], stacklevel: int = 4) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in attributes.items():
         if value is None:
@@ -101,7 +101,7 @@ def _clean_attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
                 f"span-attr-type:{full}",
                 f"rlsight: span attribute {full!r} has type {type(value).__name__}; attributes "
                 "must be str, bool, int, float or a list of those. It is dropped",
-                stacklevel=4,
+                stacklevel=stacklevel,
             )
     return out
 
@@ -109,7 +109,7 @@ def _clean_attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
 class _LiveSpan:
     """An enabled span: started on enter, ended on exit, context attached in between."""
 
-    __slots__ = ("_attrs", "_bucket", "_category", "_group", "_name", "_span", "_token")
+    __slots__ = ("_attrs", "_bucket", "_category", "_clean", "_group", "_name", "_span", "_token")
 
     def __init__(
         self,
@@ -120,8 +120,10 @@ class _LiveSpan:
         umbrella: bool = False,
         bucket: Bucket | None = None,
         category: str | None = None,
+        clean: bool = True,
     ) -> None:
         self._group = group
+        self._clean = clean
         self._name = name
         self._attrs = attrs
         self._category = category
@@ -148,7 +150,12 @@ class _LiveSpan:
                 if _PER_PROMPT not in _GATE.enabled:
                     return None
                 group = _PER_PROMPT
-            attrs = _clean_attributes(self._attrs) if self._attrs else {}
+            if not self._attrs:
+                attrs = {}
+            elif self._clean:
+                attrs = _clean_attributes(self._attrs)
+            else:  # cleaned once when a decorator was applied
+                attrs = dict(self._attrs)
             attrs["rl.span_group"] = group
             attrs["thread.id"] = threading.get_native_id()
             if self._bucket is not None:
@@ -222,7 +229,8 @@ def span(group: str, name: str, /, **attributes: Any) -> _LiveSpan | _NoopSpan:
         group: A registered span group (``RL.GENERATION``...).
         name: A literal, lowercase dotted name (``"rl.rollout.generate"``); keep IDs out of
             it, they belong in attributes. ``rlsight check`` reads names from the source.
-        **attributes: Scalars or lists of scalars; content keys are redacted. Pass
+        **attributes: Scalars or lists of scalars; content keys are redacted (only here:
+            ``set_attribute`` on the yielded span writes what it is given). Pass
             ``concurrent=True`` (it becomes ``rl.concurrent``) for work that overlaps other
             work of its timeline, such as an async fan-out: it never partitions wall time.
     """
@@ -420,8 +428,12 @@ declare_efficiency_categories(
 # -- decorators ----------------------------------------------------------------------------
 
 def _wrap(fn: F, group: str, name: str, attrs: Mapping[str, Any], umbrella: bool) -> F:
+    # Fixed attributes are validated and redacted once, here; a bad one warns at the
+    # decorator's line rather than on every call.
+    fixed = _clean_attributes(attrs, stacklevel=5)
+
     def live() -> _LiveSpan:
-        return _LiveSpan(group, name, attrs, umbrella=umbrella)
+        return _LiveSpan(group, name, fixed, umbrella=umbrella, clean=False)
 
     wrapper: Callable[..., Any]
     if inspect.isasyncgenfunction(fn):

@@ -15,10 +15,13 @@ from rlsight.check import load_check_config, run_check
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 #: Pages whose code blocks follow the runnable-or-marked convention of docs/check.md.
-PAGES = (
-    "index.md", "quickstart.md", "configuration.md", "span-groups.md", "store.md",
-    "extending.md", "engines.md", "running-at-scale.md", "check.md", "glossary.md",
-)
+#: Every page of the manual: a new page is covered without anyone remembering to list it.
+PAGES = tuple(sorted(p.name for p in DOCS.glob("*.md")))
+#: Pages whose examples a dedicated test runs and checks the output of; not run twice here.
+_RUN_ELSEWHERE = {
+    "propagation.md": "tests/propagation/test_propagation_docs.py",
+    "goodput.md": "tests/analysis/test_docs_goodput.py",
+}
 _FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 _NOT_RUN = re.compile(r"<!--\s*not run:\s*\S.*?-->\s*$")
 _CODE = frozenset({"python", "bash", "sh", "console"})
@@ -39,6 +42,7 @@ def _blocks(page: str) -> list[tuple[str, int, str, bool]]:
 _RUNNABLE = [
     pytest.param(code, id=f"{page}:{line}")
     for page in PAGES
+    if page not in _RUN_ELSEWHERE
     for lang, line, code, marked in _blocks(page)
     if lang == "python" and not marked
 ]

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 from rlsight.analysis.model import RunReport
 
-__all__ = ["clock", "count", "pct", "secs", "startup_line", "summary_line", "volume_lines"]
+__all__ = ["clock", "count", "pct", "secs", "startup_line", "step_digits", "summary_line", "volume_lines"]
 
 
 def secs(ns: float, digits: int = 1) -> str:
     """Nanoseconds as seconds with ``digits`` decimals: ``12.9``."""
     return f"{ns / 1e9:.{digits}f}"
+
+
+def step_digits(report: RunReport) -> int:
+    """Decimals for seconds in a report: enough that a sub-second step does not print as 0.0."""
+    wall = report.step_summary.wall.median_ns if report.step_summary else report.summary.buckets.wall_ns
+    return 1 if wall >= 10e9 else 2 if wall >= 1e9 else 3
 
 
 def clock(ns: float) -> str:

@@ -17,7 +17,16 @@ from importlib import resources
 from typing import Any, Final
 
 from rlsight.analysis.model import RunReport
-from rlsight.render._format import clock, count, pct, secs, startup_line, summary_line, volume_lines
+from rlsight.render._format import (
+    clock,
+    count,
+    pct,
+    secs,
+    startup_line,
+    step_digits,
+    summary_line,
+    volume_lines,
+)
 
 __all__ = ["MAX_TABLE_ROWS", "render_html"]
 
@@ -162,6 +171,7 @@ def _chart_data(report: RunReport) -> dict[str, Any]:
 
 def _sections(report: RunReport) -> list[str]:
     s = report.summary
+    d = step_digits(report)
     b = s.buckets
     out = [f"<h1>{_e(summary_line(report))}</h1>",
            f'<p class="muted">{_e(startup_line(report))}</p>']
@@ -172,7 +182,7 @@ def _sections(report: RunReport) -> list[str]:
         f'<div class="card"><span class="muted">{_e(k)}</span><b>{_e(v)}</b></div>' for k, v in cards
     ) + "</div>")
     out.append(_table(["run wall", *_PARTS, "wall"],
-                      [["seconds", *(secs(b.get(n)) for n in (*_PARTS, "wall"))],
+                      [["seconds", *(secs(b.get(n), d) for n in (*_PARTS, "wall"))],
                        ["share", *(pct(b.fraction(n)) for n in _PARTS), "100%"]]))
     out.append("<h2>Per step</h2>")
     if report.steps and report.step_summary is not None:
@@ -180,10 +190,10 @@ def _sections(report: RunReport) -> list[str]:
                    'aria-label="stacked seconds per bucket for each step"></canvas></div>')
         ss = report.step_summary
         out.append(_table(["per step", *_PARTS, "wall"],
-                          [["median s", *(secs(getattr(ss, n).median_ns) for n in (*_PARTS, "wall"))],
-                           ["p90 s", *(secs(getattr(ss, n).p90_ns) for n in (*_PARTS, "wall"))]]))
+                          [["median s", *(secs(getattr(ss, n).median_ns, d) for n in (*_PARTS, "wall"))],
+                           ["p90 s", *(secs(getattr(ss, n).p90_ns, d) for n in (*_PARTS, "wall"))]]))
         out.append(_table(["decided by", "bucket", "seconds per step present", "steps present"],
-                          [[c.name, c.bucket, secs(c.attributed_ns / max(1, c.steps_present), 2),
+                          [[c.name, c.bucket, secs(c.attributed_ns / max(1, c.steps_present), d),
                             f"{c.steps_present} of {len(report.steps)}"] for c in report.top]))
     else:
         out.append('<p class="warn">No rl.step spans: there is no per-step breakdown.</p>')
@@ -193,11 +203,11 @@ def _sections(report: RunReport) -> list[str]:
         out.append('<div class="chart small"><canvas id="startup-chart" role="img" '
                    'aria-label="startup waterfall"></canvas></div>')
     out.append(_table(["phase", "seconds", "spans"],
-                      [[t.phase, secs(t.duration_ns), t.spans] for t in st.phase_totals]
-                      + [["(unaccounted)", secs(st.unaccounted_ns), ""]]))
+                      [[t.phase, secs(t.duration_ns, d), t.spans] for t in st.phase_totals]
+                      + [["(unaccounted)", secs(st.unaccounted_ns, d), ""]]))
     if st.load_model_groups:
         out.append(_table(["load_model", "ranks", "slowest rank", "max s", "median s"],
-                          [[g.worker_group, g.ranks, g.max_rank, secs(g.max_ns), secs(g.median_ns)]
+                          [[g.worker_group, g.ranks, g.max_rank, secs(g.max_ns, d), secs(g.median_ns, d)]
                            for g in st.load_model_groups]))
     out.append("<h2>Fleets</h2>")
     if report.fleets.groups:
@@ -230,10 +240,11 @@ def _sections(report: RunReport) -> list[str]:
     out.append("<h2>Top spans</h2>")
     by_total = report.top_spans[:MAX_TABLE_ROWS]
     out.append(_table(["span (by total)", "count", "total s", "self s", "errors"],
-                      [[x.name, x.count, secs(x.total_ns), secs(x.self_ns), x.errors] for x in by_total]))
+                      [[x.name, x.count, secs(x.total_ns, d), secs(x.self_ns, d), x.errors]
+                       for x in by_total]))
     by_self = sorted(report.top_spans, key=lambda x: (-x.self_ns, x.name))[:MAX_TABLE_ROWS]
     out.append(_table(["span (by self time)", "count", "self s", "total s"],
-                      [[x.name, x.count, secs(x.self_ns), secs(x.total_ns)] for x in by_self]))
+                      [[x.name, x.count, secs(x.self_ns, d), secs(x.total_ns, d)] for x in by_self]))
     out.append("<h2>Engine</h2>")
     if report.engine is not None and report.engine.steps:
         out.append('<div class="chart small"><canvas id="engine-chart" role="img" '

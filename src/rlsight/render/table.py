@@ -9,7 +9,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from rlsight.analysis.model import BUCKET_NAMES, RunReport, Straggler
-from rlsight.render._format import clock, count, pct, secs, startup_line, summary_line, volume_lines
+from rlsight.render._format import (
+    clock,
+    count,
+    pct,
+    secs,
+    startup_line,
+    step_digits,
+    summary_line,
+    volume_lines,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -21,17 +30,11 @@ MAX_FINDINGS: Final = 5
 _COLUMNS: Final = ("productive", "overhead", "idle", "wasted", "unattributed", "wall")
 
 
-def _digits(report: RunReport) -> int:
-    """Decimals for per-step seconds: enough that a sub-second step does not print as 0.0."""
-    wall = report.step_summary.wall.median_ns if report.step_summary else 0.0
-    return 1 if wall >= 10e9 else 2 if wall >= 1e9 else 3
-
-
 def _stat_cell(report: RunReport, column: str) -> str:
     summary = report.step_summary
     assert summary is not None
     stat = getattr(summary, column)
-    digits = _digits(report)
+    digits = step_digits(report)
     return f"{secs(stat.median_ns, digits)}/{secs(stat.p90_ns, digits)}"
 
 
@@ -46,7 +49,7 @@ def _top_lines(report: RunReport) -> list[str]:
             continue
         parts = []
         for c in items:
-            text = f"{c.name} {secs(c.attributed_ns / max(1, c.steps_present), _digits(report))}"
+            text = f"{c.name} {secs(c.attributed_ns / max(1, c.steps_present), step_digits(report))}"
             if c.steps_present < steps:
                 text += f" (in {c.steps_present} of {steps} steps)"
             parts.append(text)

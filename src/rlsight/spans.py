@@ -13,6 +13,7 @@ status ``"Type: message"``) and re-raised unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import threading
@@ -82,28 +83,52 @@ class _NoopSpan:
 _NOOP: Final = _NoopSpan()
 
 
+def _is_content(value: object) -> bool:
+    """Text that may carry user data; numbers (``prompts=8``, ``tokens=512``) are counts."""
+    if isinstance(value, (str, bytes)):
+        return True
+    return isinstance(value, (list, tuple)) and any(isinstance(v, (str, bytes)) for v in value)
+
+
 def _clean_attributes(attributes: Mapping[str, Any], stacklevel: int = 4) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in attributes.items():
         if value is None:
             continue
         full = key if "." in key else "rl." + key
-        if full.rsplit(".", 1)[-1].lower() in REDACTED_KEYS:
+        if full.rsplit(".", 1)[-1].lower() in REDACTED_KEYS and _is_content(value):
             out[full] = _REDACTED
         elif isinstance(value, _SCALARS):
             out[full] = value
         elif isinstance(value, (list, tuple)) and all(isinstance(v, _SCALARS) for v in value):
             out[full] = tuple(value)
-        elif hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
-            out[full] = value.item()
+        elif callable(getattr(value, "item", None)) and _scalar_item(value) is not None:
+            out[full] = _scalar_item(value)  # numpy / torch scalars
         else:
             warn_once(
                 f"span-attr-type:{full}",
                 f"rlsight: span attribute {full!r} has type {type(value).__name__}; attributes "
-                "must be str, bool, int, float or a list of those. It is dropped",
+                "must be str, bool, int, float or a list of those (or a 0-d tensor). It is dropped",
                 stacklevel=stacklevel,
             )
     return out
+
+
+def _scalar_item(value: Any) -> str | bool | int | float | None:
+    """``value.item()`` when that is a scalar; ``None`` for arrays with several elements."""
+    try:
+        item = value.item()
+    except (TypeError, ValueError, RuntimeError):
+        return None
+    return item if isinstance(item, _SCALARS) else None
+
+
+def _describe(exc: BaseException) -> str:
+    """``"Type: message"``, or just the type when the message itself cannot be built."""
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:
+        return type(exc).__name__
 
 
 class _LiveSpan:
@@ -145,11 +170,12 @@ class _LiveSpan:
         if rt is None:
             return None
         try:
-            group = self._group
+            group, bucket = self._group, self._bucket
             if _per_prompt.get():
                 if _PER_PROMPT not in _GATE.enabled:
                     return None
-                group = _PER_PROMPT
+                # Per-prompt detail never partitions wall time, like the group it moves to.
+                group, bucket = _PER_PROMPT, None
             if not self._attrs:
                 attrs = {}
             elif self._clean:
@@ -158,8 +184,8 @@ class _LiveSpan:
                 attrs = dict(self._attrs)
             attrs["rl.span_group"] = group
             attrs["thread.id"] = threading.get_native_id()
-            if self._bucket is not None:
-                attrs["rl.bucket"] = self._bucket.value
+            if bucket is not None:
+                attrs["rl.bucket"] = bucket.value
             if self._category is not None:
                 attrs["rl.efficiency.category"] = self._category
             self._span = rt.tracer.start_span(self._name, attributes=attrs)
@@ -180,10 +206,15 @@ class _LiveSpan:
         span = self._span
         if span is None:
             return
-        if isinstance(exc, Exception):
-            span.record_exception(exc)
-            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-        span.end()
+        try:
+            if isinstance(exc, Exception):
+                # The exception's own __str__ may raise; that must not replace the user's
+                # exception, and the status below still names its type.
+                with contextlib.suppress(Exception):
+                    span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, _describe(exc)))
+        finally:
+            span.end()
         if self._category is not None:
             rt = _runtime._ACTIVE
             start, end = getattr(span, "start_time", None), getattr(span, "end_time", None)
@@ -235,7 +266,8 @@ def span(group: str, name: str, /, **attributes: Any) -> _LiveSpan | _NoopSpan:
             work of its timeline, such as an async fan-out: it never partitions wall time.
     """
     # No keyword-only parameters here: each one costs the disabled call ~10 ns.
-    if group not in _GATE.enabled:
+    enabled = _GATE.enabled
+    if group not in enabled or (_PER_PROMPT not in enabled and _per_prompt.get()):
         return _NOOP
     return _LiveSpan(group, name, attributes)
 

@@ -66,6 +66,8 @@ class BatchingSpanProcessor(SpanProcessor):
         self._abandoned = False
         self.exported = 0
         self.dropped: collections.Counter[str] = collections.Counter()
+        #: Export errors seen on the export thread, for a strict caller to raise at shutdown.
+        self.errors: list[Exception] = []
         self._thread = threading.Thread(target=self._run, name=f"rlsight-{name}", daemon=True)
         self._thread.start()
 
@@ -105,21 +107,30 @@ class BatchingSpanProcessor(SpanProcessor):
                     while self._queue and len(batch) < self._max_batch:
                         batch.append(self._queue.popleft())
                     self._in_flight = len(batch)
+                error: Exception | None = None
                 try:
                     ok = self._export(batch)
                 except Exception as exc:  # the exporter's failure must not end the thread
-                    ok = False
-                    if self._on_error is not None:
-                        self._on_error(exc)
+                    ok, error = False, exc
                 with self._count_lock:
                     self._in_flight = 0
-                    if self._abandoned:  # shutdown gave up on this batch and counted it
-                        continue
-                    if ok:
-                        self.exported += len(batch)
-                    else:
-                        self.dropped["export_failed"] += len(batch)
+                    if not self._abandoned:  # else shutdown gave up on this batch and counted it
+                        if ok:
+                            self.exported += len(batch)
+                        else:
+                            self.dropped["export_failed"] += len(batch)
+                if error is not None:
+                    self._report(error)
         return True
+
+    def _report(self, error: Exception) -> None:
+        """Hand an export error to ``on_error``; whatever that raises stays off this thread."""
+        self.errors.append(error)
+        if self._on_error is not None:
+            try:
+                self._on_error(error)
+            except Exception as exc:  # the export thread must outlive a strict error handler
+                self.errors.append(exc)
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         """Export what is queued, in the caller's thread, within ``timeout_millis``."""

@@ -560,3 +560,14 @@ class TestNativeTracingEnv:
             env = native_tracing_env()
         assert env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] == "http://127.0.0.1:4317"
         assert env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "grpc"
+
+
+def test_record_engine_deltas_skips_a_series_outside_the_vocabulary_without_raising() -> None:
+    from rlsight.engines import EngineSeries, record_engine_deltas
+    from rlsight.errors import RlsightWarning
+    from rlsight.testing import capture_telemetry
+
+    with capture_telemetry() as cap:
+        with pytest.warns(RlsightWarning, match="my.series"):
+            record_engine_deltas(1, {EngineSeries("my.series"): 1.0}, engine="g")
+        assert [p for p in cap.metrics() if p.name == "my.series"] == []

@@ -39,6 +39,7 @@ from rlsight.groups import RL, is_span_group_enabled
 from rlsight.runtime import active_runtime
 
 if TYPE_CHECKING:
+    from opentelemetry.metrics import Meter
     from opentelemetry.util.types import AttributeValue
 
 __all__ = [
@@ -612,15 +613,29 @@ def record_engine_deltas(
         deltas: From :meth:`EngineMetricsReader.delta` or :meth:`~EngineMetricsReader.read_delta`.
         engine: Names the engine or engine group (``generation/0``), as ``rl.engine.name``.
     """
-    if not deltas:
-        return
     runtime = active_runtime()
-    meter = None if runtime is None else runtime.meter
-    if meter is None:
+    if not deltas or runtime is None:
         return
+    try:
+        _record_engine_deltas(runtime.meter, step, deltas, engine)
+    except Exception as exc:  # a metrics failure must not end the training step
+        runtime.report_internal_error("record_engine_deltas", exc)
+
+
+def _record_engine_deltas(
+    meter: Meter, step: int, deltas: Mapping[EngineSeries, EngineValue], engine: str
+) -> None:
     base: dict[str, AttributeValue] = {"rl.step": step, "rl.engine.name": engine}
     for series, value in deltas.items():
-        spec = _SPECS[series.name]
+        spec = _SPECS.get(series.name)
+        if spec is None:
+            warn_once(
+                f"engine-series-unknown:{series.name}",
+                f"rlsight: engine series {series.name!r} is not in the rl.engine vocabulary "
+                f"({', '.join(sorted(_SPECS))}); it is not recorded",
+                stacklevel=4,
+            )
+            continue
         attributes = {**base, **dict(series.attributes)}
         if not isinstance(value, EngineHistogram):
             counter = _INSTRUMENTS.counter(meter, spec.name, spec.unit, spec.description)

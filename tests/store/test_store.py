@@ -333,3 +333,29 @@ class TestAcrossProcesses:
         result = read_spans(run_dir)
         assert must_survive <= {s.span_id for s in result.spans}
         assert all(s.reason.startswith("truncated line") for s in result.skipped)
+
+
+def test_every_otlp_value_kind_is_read_and_an_empty_value_drops_only_itself(tmp_path: Path) -> None:
+    """kvlist, bytes and empty values are valid OTLP: the span around them must not be lost."""
+    import json
+
+    from rlsight.store._columnar import read_span_columns
+
+    (tmp_path / "traces").mkdir()
+    kv = [
+        {"key": "m", "value": {"kvlistValue": {"values": [{"key": "a", "value": {"intValue": "1"}}]}}},
+        {"key": "b", "value": {"bytesValue": "AAE="}},
+        {"key": "e", "value": {}},
+        {"key": "thread.id", "value": {"intValue": "3"}},
+    ]
+    span = {"traceId": "0" * 31 + "1", "spanId": "0" * 15 + "1", "name": "rl.a", "kind": 1,
+            "startTimeUnixNano": "1", "endTimeUnixNano": "5", "attributes": kv}
+    request = {"resourceSpans": [{"resource": {"attributes": []},
+                                  "scopeSpans": [{"scope": {"name": "x"}, "spans": [span]}]}]}
+    (tmp_path / "traces" / "x.jsonl").write_text(json.dumps(request) + "\n")
+    result = read_spans(tmp_path)
+    assert result.skipped == []
+    (record,) = result.spans
+    assert dict(record.attributes) == {"m": '{"a": 1}', "b": "AAE=", "thread.id": 3}
+    columns, skipped, _files = read_span_columns(tmp_path)
+    assert len(columns.start) == 1 and skipped == []

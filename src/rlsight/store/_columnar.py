@@ -15,6 +15,7 @@ same columns from :class:`SpanRecord` objects, so both paths feed one analysis.
 from __future__ import annotations
 
 import gc
+import hashlib
 import math
 import os
 import pickle
@@ -335,7 +336,10 @@ def _hex_id(raw: object) -> int:
     try:
         return int(text or "0", 16) & 0xFFFF_FFFF_FFFF_FFFF
     except ValueError:
-        return hash(text) & 0x7FFF_FFFF_FFFF_FFFF | 0x8000_0000_0000_0000
+        # Not hex: a digest (never hash(), which is salted per process, and the worker
+        # process that reads half the files must number an id the same way).
+        digest = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+        return digest | 0x8000_0000_0000_0000
 
 
 def span_columns_from_records(records: Iterable[SpanRecord]) -> SpanColumns:

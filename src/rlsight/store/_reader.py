@@ -66,7 +66,13 @@ def _number(raw: object) -> float:
     raise ValueError(f"not a number: {raw!r}")
 
 
-def _value(v: Mapping[str, Any]) -> AttributeValue:
+def _value(v: Mapping[str, Any]) -> AttributeValue | None:
+    """An OTLP ``AnyValue`` as a Python value; ``None`` for an empty value.
+
+    Every kind OTLP defines is accepted: a map (``kvlistValue``) becomes its JSON text and
+    bytes stay base64 text, since rlsight's own attributes are never either and a reader that
+    dropped the whole request for one such attribute would lose the spans around it.
+    """
     if "stringValue" in v:
         return str(v["stringValue"])
     if "intValue" in v:
@@ -76,12 +82,25 @@ def _value(v: Mapping[str, Any]) -> AttributeValue:
     if "boolValue" in v:
         return bool(v["boolValue"])
     if "arrayValue" in v:
-        return tuple(_value(x) for x in v["arrayValue"].get("values", []))  # type: ignore[misc]
+        items = (_value(x) for x in (v["arrayValue"] or {}).get("values", []))
+        return tuple(x for x in items if x is not None)  # type: ignore[misc]
+    if "kvlistValue" in v:
+        pairs = (v["kvlistValue"] or {}).get("values", [])
+        return json.dumps({kv["key"]: _value(kv.get("value") or {}) for kv in pairs}, default=str)
+    if "bytesValue" in v:
+        return str(v["bytesValue"])
+    if not v:
+        return None
     raise ValueError(f"unsupported attribute value {v!r}")
 
 
 def _attributes(kvs: list[Mapping[str, Any]] | None) -> dict[str, AttributeValue]:
-    return {kv["key"]: _value(kv.get("value", {})) for kv in (kvs or [])}
+    out: dict[str, AttributeValue] = {}
+    for kv in kvs or []:
+        value = _value(kv.get("value") or {})
+        if value is not None:
+            out[kv["key"]] = value
+    return out
 
 
 def _store_files(run_dir: Path, kind: str) -> list[Path]:

@@ -37,3 +37,10 @@ def test_a_raising_error_handler_neither_kills_the_thread_nor_loses_the_count() 
     assert proc.dropped["export_failed"] == 1
     assert proc.exported == 1
     assert [type(e) for e in proc.errors] == [OSError, OSError]
+
+
+def test_shutdown_releases_the_exporter() -> None:
+    closed = threading.Event()
+    proc = BatchingSpanProcessor(lambda batch: True, name="t", close=closed.set)
+    assert proc.shutdown(5000)
+    assert closed.is_set()

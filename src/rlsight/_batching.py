@@ -37,6 +37,9 @@ class BatchingSpanProcessor(SpanProcessor):
         interval_s: Longest time an ended span waits in the queue.
         max_queue: Spans beyond this are dropped and counted (``queue_full``).
         max_batch: Largest batch handed to ``export`` at once.
+        on_error: Called (on the export thread) with an exception ``export`` raised.
+        close: Releases the exporter (its HTTP session or gRPC channel) at shutdown, within
+            what is left of the budget.
     """
 
     def __init__(
@@ -48,6 +51,7 @@ class BatchingSpanProcessor(SpanProcessor):
         max_queue: int = 200_000,
         max_batch: int = 4096,
         on_error: Callable[[BaseException], None] | None = None,
+        close: Callable[[], object] | None = None,
     ) -> None:
         self.name = name
         self._export = export
@@ -55,6 +59,7 @@ class BatchingSpanProcessor(SpanProcessor):
         self._max_queue = max_queue
         self._max_batch = max_batch
         self._on_error = on_error
+        self._close = close
         self._queue: collections.deque[ReadableSpan] = collections.deque()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -141,9 +146,13 @@ class BatchingSpanProcessor(SpanProcessor):
         """Stop accepting spans, flush within the budget, count what is left as dropped."""
         if self._stop.is_set():  # the TracerProvider shuts its processors down a second time
             return not self._abandoned
+        deadline = time.monotonic() + timeout_millis / 1000
         self._stop.set()
         self._wake.set()
         done = self.force_flush(timeout_millis)
+        if self._close is not None:  # release the exporter's session or channel
+            close = self._close
+            _bounded(lambda: close() is None or True, max(0.0, deadline - time.monotonic()))
         with self._count_lock:
             # A batch an exporter still holds (a hung collector) was not delivered within
             # the budget either: count it now, and not again if the export ends later.

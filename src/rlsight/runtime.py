@@ -340,8 +340,8 @@ class Telemetry:
         otlp = BatchingSpanProcessor(
             export, name="otlp", interval_s=1.0,
             on_error=lambda exc: self.report_internal_error("otlp-export", exc),
+            close=span_exporter.shutdown,
         )
-        otlp.exporter = span_exporter  # type: ignore[attr-defined]
         self._processors.append(otlp)
         tp.add_span_processor(otlp)
         return PeriodicExportingMetricReader(metric_exporter, export_interval_millis=5000)

@@ -315,3 +315,13 @@ class TestShutdown:
         assert report.elapsed_ms < 5 * 1000  # bounded: a multiple of the budget, never unbounded
         stored = read_spans(run_dir)
         assert len(stored.spans) == n and stored.skipped == []
+
+
+def test_setup_with_a_store_that_cannot_be_opened_is_a_config_error(tmp_path: Path) -> None:
+    import rlsight
+    from rlsight import ConfigError, TelemetryConfig
+
+    (tmp_path / "traces").write_text("a file where the traces folder should be")
+    with pytest.raises(ConfigError, match="cannot open the local store"):
+        rlsight.setup_telemetry(TelemetryConfig(run_dir=str(tmp_path)))
+    assert rlsight.runtime.active_runtime() is None

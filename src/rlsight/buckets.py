@@ -17,7 +17,15 @@ from enum import StrEnum
 from types import TracebackType
 from typing import Final, Literal, TypeAlias
 
-__all__ = ["BUCKET_PRIORITY", "Bucket", "BucketName", "bucket_scope", "per_prompt_scope"]
+__all__ = [
+    "BUCKET_PRIORITY",
+    "Bucket",
+    "BucketName",
+    "bucket_scope",
+    "current_bucket_override",
+    "in_per_prompt_scope",
+    "per_prompt_scope",
+]
 
 BucketName: TypeAlias = Literal["productive", "overhead", "idle", "wasted"]
 

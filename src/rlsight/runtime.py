@@ -565,7 +565,15 @@ def setup_telemetry(
                 f"TelemetryConfig.run_dir={config.run_dir!r} is not writable ({exc.strerror}); "
                 "choose another folder or set local_store=False"
             ) from exc
-    telemetry._materialize()
+    try:
+        # Not _materialize(): in the driver a store that cannot be opened is a setup error to
+        # raise now, not a warning to run on without telemetry.
+        telemetry._build_providers()
+    except OSError as exc:
+        raise ConfigError(
+            f"TelemetryConfig.run_dir={config.run_dir!r}: cannot open the local store "
+            f"({exc.strerror}: {exc.filename}); choose another folder or set local_store=False"
+        ) from exc
     return _install(telemetry)
 
 

@@ -359,3 +359,16 @@ def test_every_otlp_value_kind_is_read_and_an_empty_value_drops_only_itself(tmp_
     assert dict(record.attributes) == {"m": '{"a": 1}', "b": "AAE=", "thread.id": 3}
     columns, skipped, _files = read_span_columns(tmp_path)
     assert len(columns.start) == 1 and skipped == []
+
+
+def test_a_run_written_in_an_unknown_store_format_is_refused_with_the_supported_versions(
+    tmp_path: Path,
+) -> None:
+    import json
+
+    from rlsight.errors import StoreError
+
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "manifest.json").write_text(json.dumps({"store_format": 99}))
+    with pytest.raises(StoreError, match=r"store format 99.*reads formats \[1\]"):
+        read_spans(tmp_path)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rlsight.errors import StoreError
+from rlsight.store._manifest import SUPPORTED_STORE_FORMATS, read_manifest
 from rlsight.store._schema import AttributeValue, SkippedRecord, SpanRecord
 
 __all__ = ["MetricPoint", "MetricReadResult", "SpanReadResult", "read_metrics", "read_spans"]
@@ -107,6 +108,13 @@ def _store_files(run_dir: Path, kind: str) -> list[Path]:
     if not run_dir.is_dir():
         raise StoreError(f"run folder {run_dir} does not exist; pass the folder a run wrote "
                          "(default ./rlsight-runs/<run_id>)")
+    manifest = read_manifest(run_dir)
+    version = manifest.get("store_format") if manifest else None
+    if version is not None and version not in SUPPORTED_STORE_FORMATS:
+        raise StoreError(
+            f"run folder {run_dir} uses store format {version!r}; this rlsight reads formats "
+            f"{sorted(SUPPORTED_STORE_FORMATS)}: read it with the rlsight version that wrote it"
+        )
     folder = run_dir / kind
     return sorted(folder.glob("*.jsonl")) if folder.is_dir() else []
 

@@ -21,7 +21,6 @@ import functools
 import inspect
 import re
 from collections.abc import AsyncGenerator, Callable, Generator
-from types import TracebackType
 from typing import Any, Final, Protocol, TypeAlias, TypeVar, cast
 
 from opentelemetry import context as _context
@@ -31,6 +30,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, Trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from rlsight import runtime as _runtime
+from rlsight._resume import AttachedContext, attached_gen
 from rlsight.errors import warn_once
 
 __all__ = [
@@ -287,34 +287,10 @@ def _parse(parent: str, state: str | None) -> NonRecordingSpan | str:
     ))
 
 
-class _CarrierScope:
-    """What :func:`attach_trace_carrier` returns: attach on enter, detach on exit."""
-
-    __slots__ = ("_context", "_token")
-
-    def __init__(self, context: Context | None) -> None:
-        self._context = context
-        self._token: object = None
-
-    def __enter__(self) -> None:
-        if self._context is not None:
-            self._token = _context.attach(self._context)
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        token, self._token = self._token, None
-        if token is not None:
-            _context.detach(token)  # type: ignore[arg-type]
+_NO_SCOPE: Final = AttachedContext(None)
 
 
-_NO_SCOPE: Final = _CarrierScope(None)
-
-
-def attach_trace_carrier(carrier: TraceCarrier | None, /) -> _CarrierScope:
+def attach_trace_carrier(carrier: TraceCarrier | None, /) -> AttachedContext:
     """Make ``carrier`` the current trace context for a ``with`` block.
 
     A long-lived worker (a thread, a trajectory collector) receives a carrier once, from
@@ -330,7 +306,7 @@ def attach_trace_carrier(carrier: TraceCarrier | None, /) -> _CarrierScope:
     """
     if carrier is None or _runtime._ACTIVE is None:
         return _NO_SCOPE
-    return _CarrierScope(_carrier_context(carrier, "attach_trace_carrier", 2))
+    return AttachedContext(_carrier_context(carrier, "attach_trace_carrier", 2))
 
 
 def _with_carrier_parameter(fn: Callable[..., Any]) -> inspect.Signature:
@@ -415,18 +391,16 @@ def _wrapper_for(fn: Callable[..., Any], where: str) -> Callable[..., Any]:
             # asend/athrow through.
             ctx = _enter(kwargs.pop(key, None), where, args)
             agen = fn(*args, **kwargs)
+            scope = AttachedContext(ctx)
             send: Any = None
             throw: BaseException | None = None
             try:
                 while True:
-                    token = _context.attach(ctx) if ctx is not None else None
-                    try:
-                        item = await (agen.athrow(throw) if throw is not None else agen.asend(send))
-                    except StopAsyncIteration:
-                        return
-                    finally:
-                        if token is not None:
-                            _context.detach(token)
+                    with scope:
+                        try:
+                            item = await (agen.athrow(throw) if throw is not None else agen.asend(send))
+                        except StopAsyncIteration:
+                            return
                     throw = None
                     try:
                         send = yield item
@@ -435,12 +409,8 @@ def _wrapper_for(fn: Callable[..., Any], where: str) -> Callable[..., Any]:
                     except BaseException as exc:  # forwarded into the generator, like `yield from`
                         throw = exc
             finally:
-                token = _context.attach(ctx) if ctx is not None else None
-                try:
+                with scope:
                     await agen.aclose()
-                finally:
-                    if token is not None:
-                        _context.detach(token)
         return agen_wrapper
     if inspect.iscoroutinefunction(fn):
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -459,7 +429,7 @@ def _wrapper_for(fn: Callable[..., Any], where: str) -> Callable[..., Any]:
             gen = fn(*args, **kwargs)
             if ctx is None:
                 return (yield from gen)
-            return (yield from _attached_gen(gen, ctx))
+            return (yield from attached_gen(gen, ctx))
         return gen_wrapper
 
     def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -473,28 +443,3 @@ def _wrapper_for(fn: Callable[..., Any], where: str) -> Callable[..., Any]:
             _context.detach(token)
     return sync_wrapper
 
-
-def _attached_gen(gen: Generator[Any, Any, Any], ctx: Context) -> Generator[Any, Any, Any]:
-    """Re-yield ``gen`` with ``ctx`` attached around each resume (send/throw/close pass through)."""
-    send: Any = None
-    throw: BaseException | None = None
-    while True:
-        token = _context.attach(ctx)
-        try:
-            item = gen.throw(throw) if throw is not None else gen.send(send)
-        except StopIteration as stop:
-            return stop.value
-        finally:
-            _context.detach(token)
-        throw = None
-        try:
-            send = yield item
-        except GeneratorExit:
-            token = _context.attach(ctx)
-            try:
-                gen.close()
-            finally:
-                _context.detach(token)
-            raise
-        except BaseException as exc:  # forwarded into the generator, as `yield from` does
-            throw = exc

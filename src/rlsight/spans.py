@@ -27,6 +27,7 @@ from opentelemetry import trace as _trace
 from opentelemetry.trace import Span, Status, StatusCode
 
 from rlsight import runtime as _runtime
+from rlsight._resume import AttachedContext, attached_gen
 from rlsight.buckets import Bucket, _bucket_override, _per_prompt
 from rlsight.errors import warn_once
 from rlsight.groups import _GATE, RL
@@ -476,13 +477,13 @@ def _wrap(fn: F, group: str, name: str, attrs: Mapping[str, Any], umbrella: bool
             agen = fn(*args, **kwargs)
             span_cm = live() if group in _GATE.enabled else None
             started = span_cm.start() if span_cm is not None else None
-            attached: _Attached | _NoopSpan = _Attached(started) if started is not None else _NOOP
+            scope = AttachedContext(_trace.set_span_in_context(started) if started is not None else None)
             error: BaseException | None = None
             try:
                 send: Any = None
                 throw: BaseException | None = None
                 while True:
-                    with attached:
+                    with scope:
                         try:
                             item = await (agen.athrow(throw) if throw is not None else agen.asend(send))
                         except StopAsyncIteration:
@@ -491,17 +492,19 @@ def _wrap(fn: F, group: str, name: str, attrs: Mapping[str, Any], umbrella: bool
                     try:
                         send = yield item
                     except GeneratorExit:
-                        with attached:
-                            await agen.aclose()
                         raise
-                    except BaseException as exc:
+                    except BaseException as exc:  # forwarded into the generator, like `yield from`
                         throw = exc
             except BaseException as exc:
                 error = exc
                 raise
             finally:
-                if span_cm is not None:
-                    span_cm.finish(error)
+                try:
+                    with scope:
+                        await agen.aclose()
+                finally:
+                    if span_cm is not None:
+                        span_cm.finish(error)
         wrapper = agen_wrapper
     elif inspect.iscoroutinefunction(fn):
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -551,44 +554,13 @@ def umbrella_traced(group: str, /, name: str | None = None, **attributes: Any) -
     return decorate
 
 
-class _Attached:
-    __slots__ = ("_ctx", "_token")
-
-    def __init__(self, span: Span) -> None:
-        self._ctx = _trace.set_span_in_context(span)
-        self._token: object = None
-
-    def __enter__(self) -> None:
-        self._token = _context.attach(self._ctx)
-
-    def __exit__(self, *exc: object) -> None:
-        _context.detach(self._token)  # type: ignore[arg-type]
-
-
 def _traced_gen(gen: Generator[Any, Any, Any], live: _LiveSpan) -> Generator[Any, Any, Any]:
     span = live.start()
     if span is None:
         return (yield from gen)
-    attached = _Attached(span)
     error: BaseException | None = None
     try:
-        send: Any = None
-        throw: BaseException | None = None
-        while True:
-            with attached:
-                try:
-                    item = gen.throw(throw) if throw is not None else gen.send(send)
-                except StopIteration as stop:
-                    return stop.value
-            throw = None
-            try:
-                send = yield item
-            except GeneratorExit:
-                with attached:
-                    gen.close()
-                raise
-            except BaseException as exc:
-                throw = exc
+        return (yield from attached_gen(gen, _trace.set_span_in_context(span)))
     except BaseException as exc:
         error = exc
         raise

@@ -15,7 +15,7 @@ import os
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Final, Literal, TypeAlias
 
@@ -133,6 +133,14 @@ class TelemetryConfig:
         """``run_dir`` as a :class:`~pathlib.Path`."""
         return Path(str(self.run_dir))
 
+    def otlp_signal_endpoint(self, signal: Literal["traces", "metrics"]) -> str | None:
+        """Where an exporter of ``signal`` sends: ``<endpoint>/v1/<signal>`` over http/protobuf
+        (the OTLP/HTTP path convention), the endpoint itself over grpc; ``None`` without one."""
+        if not self.otlp_endpoint:
+            return None
+        endpoint = self.otlp_endpoint.rstrip("/")
+        return f"{endpoint}/v1/{signal}" if self.otlp_protocol == "http/protobuf" else endpoint
+
     def with_changes(self, **changes: Any) -> TelemetryConfig:
         """A copy with ``changes`` applied (validated like the constructor)."""
         return replace(self, **changes)
@@ -203,7 +211,7 @@ class TelemetryConfig:
 
 
 _FIELD_DEFAULTS: Final[dict[str, Any]] = {
-    "otlp_endpoint": None, "otlp_protocol": "http/protobuf", "service_name": "rlsight",
+    f.name: f.default for f in fields(TelemetryConfig) if f.default is not MISSING
 }
 
 

@@ -690,11 +690,9 @@ def native_tracing_env(
         if rt is None:
             return {}
         config = rt.config
-    if not (config.engine_native_tracing and config.otlp_endpoint and is_span_group_enabled(RL.ENGINE)):
+    endpoint = config.otlp_signal_endpoint("traces")
+    if not (config.engine_native_tracing and endpoint and is_span_group_enabled(RL.ENGINE)):
         return {}
-    endpoint = config.otlp_endpoint.rstrip("/")
-    if config.otlp_protocol == "http/protobuf":
-        endpoint += "/v1/traces"
     attributes = {"rl.run.id": config.run_id, "rl.worker_group": worker_group, "rl.stage": "rl"}
     return {
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint,

@@ -327,9 +327,11 @@ class Telemetry:
             from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-            span_exporter = OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces", timeout=timeout_s)
+            span_exporter = OTLPSpanExporter(
+                endpoint=self.config.otlp_signal_endpoint("traces"), timeout=timeout_s
+            )
             metric_exporter = OTLPMetricExporter(
-                endpoint=f"{endpoint}/v1/metrics", timeout=timeout_s,
+                endpoint=self.config.otlp_signal_endpoint("metrics"), timeout=timeout_s,
                 preferred_temporality=delta_temporality(),
             )
         from opentelemetry.sdk.trace.export import SpanExportResult

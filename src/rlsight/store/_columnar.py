@@ -32,6 +32,7 @@ import numpy as np
 import orjson
 from numpy.typing import NDArray
 
+from rlsight.buckets import BUCKET_PRIORITY
 from rlsight.store._reader import _attributes, _store_files
 from rlsight.store._schema import AttributeValue, SkippedRecord, SpanRecord
 
@@ -45,7 +46,8 @@ __all__ = [
 ]
 
 #: ``rl.bucket`` wire value -> code; the code is the equal-depth priority (higher wins).
-BUCKET_CODES: Final = {"idle": 0, "overhead": 1, "wasted": 2, "productive": 3}
+#: Bucket name -> code; a higher code wins an equal-depth overlap (``BUCKET_PRIORITY``).
+BUCKET_CODES: Final = {b.value: code for code, b in enumerate(reversed(BUCKET_PRIORITY))}
 #: Step-number column value of a span that is not an ``rl.step`` span.
 NO_STEP: Final = np.iinfo(np.int64).min
 #: Spans whose full attribute dict is kept (few per run, needed for the startup view).

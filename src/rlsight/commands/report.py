@@ -9,7 +9,6 @@ self-contained page. Exit codes: 0 ok; 1 goodput below ``--fail-under``; 2 usage
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -17,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rlsight.cli import EXIT_INPUT, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
+from rlsight.commands._extras import missing_extra
 
 __all__ = ["add_arguments", "run"]
 
@@ -76,10 +76,7 @@ def _progress(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
 
 def run(args: argparse.Namespace) -> int:
     """Analyse the run and print (or write) the report; return the exit code."""
-    missing = [m for m in ("numpy", "orjson", "rich") if importlib.util.find_spec(m) is None]
-    if missing:
-        print(f"rlsight report: needs {', '.join(missing)}, from the analysis extra; "
-              "install it with: pip install 'rlsight[analysis]'", file=sys.stderr)
+    if missing_extra("report", "numpy", "orjson", "rich"):
         return EXIT_USAGE
     from rlsight.analysis import analyze_run
     from rlsight.errors import StoreError

@@ -7,7 +7,6 @@ A run is a sub-folder with a ``manifest.json`` or a ``traces/`` folder. Exit cod
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from dataclasses import asdict, dataclass
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rlsight.cli import EXIT_INPUT, EXIT_OK, EXIT_USAGE
+from rlsight.commands._extras import missing_extra
 
 __all__ = ["RunEntry", "add_arguments", "list_runs", "run"]
 
@@ -79,10 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the runs in ``args.folder``."""
-    missing = [] if args.json else [m for m in ("rich",) if importlib.util.find_spec(m) is None]
-    if missing:
-        print(f"rlsight runs: needs {', '.join(missing)}, from the analysis extra; "
-              "install it with: pip install 'rlsight[analysis]'", file=sys.stderr)
+    if not args.json and missing_extra("runs", "rich"):
         return EXIT_USAGE
     folder: Path = args.folder
     if not folder.is_dir():

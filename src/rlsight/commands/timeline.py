@@ -9,11 +9,11 @@ other processes, and each slice's bucket and attributes in its args. Exit codes:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from pathlib import Path
 
 from rlsight.cli import EXIT_INPUT, EXIT_OK, EXIT_USAGE
+from rlsight.commands._extras import missing_extra
 
 __all__ = ["add_arguments", "run"]
 
@@ -27,10 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Read the run's spans and write the trace-event file."""
-    missing = [m for m in ("orjson",) if importlib.util.find_spec(m) is None]
-    if missing:
-        print(f"rlsight timeline: needs {', '.join(missing)}, from the analysis extra; "
-              "install it with: pip install 'rlsight[analysis]'", file=sys.stderr)
+    if missing_extra("timeline", "orjson"):
         return EXIT_USAGE
     from rlsight.errors import StoreError
     from rlsight.render.perfetto import write_chrome_trace

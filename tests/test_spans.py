@@ -880,3 +880,22 @@ class TestReviewRegressions:
         (s,) = capture.spans()
         assert dict(s.attributes or {})["rl.n"] == 4
         assert "rl.lengths" not in (s.attributes or {})
+
+
+def test_a_span_object_entered_inside_itself_stays_one_span_and_restores_context(capture) -> None:  # type: ignore[no-untyped-def]
+    s = span("training", "rl.test.reentered")
+    with s as outer:
+        with s as inner:
+            assert inner is outer
+        assert trace.get_current_span() is outer
+    assert not trace.get_current_span().is_recording()
+    assert capture.span_names() == ["rl.test.reentered"]
+
+
+def test_a_span_object_reused_after_its_block_starts_a_new_span(capture) -> None:  # type: ignore[no-untyped-def]
+    s = span("training", "rl.test.reused")
+    for _ in range(2):
+        with s:
+            pass
+    first, second = capture.spans()
+    assert first.context.span_id != second.context.span_id

@@ -135,7 +135,9 @@ def _describe(exc: BaseException) -> str:
 class _LiveSpan:
     """An enabled span: started on enter, ended on exit, context attached in between."""
 
-    __slots__ = ("_attrs", "_bucket", "_category", "_clean", "_group", "_name", "_span", "_token")
+    __slots__ = (
+        "_attrs", "_bucket", "_category", "_clean", "_depth", "_group", "_name", "_span", "_token",
+    )
 
     def __init__(
         self,
@@ -164,6 +166,7 @@ class _LiveSpan:
                 self._bucket = _bucket_override.get() or self._bucket
         self._span: Span | None = None
         self._token: object = None
+        self._depth = 0
 
     def start(self) -> Span | None:
         """Start the span without attaching it (generator wrappers attach per resume)."""
@@ -196,6 +199,9 @@ class _LiveSpan:
         return self._span
 
     def __enter__(self) -> Span:
+        if self._span is not None:  # the same object entered again inside its own block
+            self._depth += 1
+            return self._span
         span = self.start()
         if span is None:
             return _INVALID
@@ -228,12 +234,16 @@ class _LiveSpan:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._depth:
+            self._depth -= 1
+            return None
         if self._span is None:
             return None
         try:
             self.finish(exc)
         finally:
             token, self._token = self._token, None
+            self._span = None  # entering the object again starts a new span
             if token is not None:
                 _context.detach(token)  # type: ignore[arg-type]
         return None

@@ -53,6 +53,17 @@ ENV_RANK: Final = "RLSIGHT_RANK"
 ENV_WORLD_SIZE: Final = "RLSIGHT_WORLD_SIZE"
 ENV_DEVICES: Final = "RLSIGHT_DEVICES"
 
+#: (env var, resource attribute, default, meaning) of each identity variable; per process,
+#: so not part of the run-wide config. docs/configuration.md's identity table comes from here.
+IDENTITY_ENV: Final = (
+    (ENV_WORKER_GROUP, "rl.worker_group", "`worker` (`driver` in `setup_telemetry`)",
+     "Which fleet the process belongs to; Ray actors default to their class name."),
+    (ENV_RANK, "rl.rank", "`0`", "The process's rank within its worker group."),
+    (ENV_WORLD_SIZE, "rl.world_size", "`1`", "How many ranks the worker group has."),
+    (ENV_DEVICES, "rl.devices", "unset (the analysis counts 1)",
+     "Accelerators the process drives; weights its fleet in utilisation."),
+)
+
 _SCOPE: Final = "rlsight"
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 

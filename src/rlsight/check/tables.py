@@ -83,6 +83,14 @@ def configuration_table() -> str:
     return markdown_table(["field", "env var", "OTel fallback", "type", "default", "description"], rows)
 
 
+def identity_table() -> str:
+    """The per-process identity variables and the resource attributes they set."""
+    from rlsight.runtime import IDENTITY_ENV
+
+    rows = [[f"`{env}`", f"`{attr}`", default, doc] for env, attr, default, doc in IDENTITY_ENV]
+    return markdown_table(["env var", "resource attribute", "default", "description"], rows)
+
+
 def efficiency_categories_table() -> str:
     """rlsight's built-in efficiency categories, with their span name and bucket."""
     from rlsight.spans import declared_efficiency_categories
@@ -99,6 +107,7 @@ GENERATORS: Final[dict[str, str]] = {
     "span-groups": "rlsight.check.tables:span_groups_table",
     "presets": "rlsight.check.tables:presets_table",
     "configuration": "rlsight.check.tables:configuration_table",
+    "identity": "rlsight.check.tables:identity_table",
     "efficiency-categories": "rlsight.check.tables:efficiency_categories_table",
     "metrics": "rlsight.metrics:metrics_table",
 }

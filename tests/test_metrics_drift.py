@@ -1,11 +1,10 @@
 """Every logger key rlsight declares in a MetricSpec is emitted somewhere in its source.
 
-This runs the real ``logger-keys`` guard of ``rlsight check`` over ``src/rlsight``. rlsight's
-own tree declares no MetricSpec yet (the demo's ``rl`` group is to be declared next to the code
-that emits its keys), and the guard rightly refuses to pass on nothing; until then the check
-runs over the tree plus a small sample that declares and emits, so the AST matcher is still
-exercised end to end. Once the tree declares a key, the sample drops out by itself and the
-non-empty assertions hold on the tree alone (issue 4).
+This runs the real ``logger-keys`` guard of ``rlsight check`` over ``src/rlsight``, where the
+demo declares its metric group (``rlsight.demo.metrics``) and builds the logged scalars. The
+mutation tests add a small sample module that declares and emits keys of its own (prefixed
+``sample/``, so nothing in the tree emits them) and break it on purpose, so the AST matcher
+is shown to fail on the bugs it exists for (issue 4).
 """
 
 from __future__ import annotations
@@ -21,15 +20,15 @@ _SAMPLE = '''
 from rlsight.metrics import MetricSpec, register_metric_group, tee_step_metrics
 
 register_metric_group("sample", [
-    MetricSpec("sample.loss", "train/loss", "gauge", "1", "Loss."),
-    MetricSpec("sample.tokens", logger_key="rollout/tokens", kind="counter", unit="{token}",
+    MetricSpec("sample.loss", "sample/loss", "gauge", "1", "Loss."),
+    MetricSpec("sample.tokens", logger_key="sample/tokens", kind="counter", unit="{token}",
                description="Tokens."),
 ])
 
 
 def log_step(step: int, loss: float, tokens: int) -> None:
-    metrics = {"train/loss": loss}
-    metrics["rollout/tokens"] = tokens
+    metrics = {"sample/loss": loss}
+    metrics["sample/tokens"] = tokens
     tee_step_metrics(step, metrics)
 '''
 
@@ -42,16 +41,8 @@ def _logger_keys(*paths: Path) -> GuardResult:
     return result
 
 
-def _tree_or_sample(tmp_path: Path) -> GuardResult:
+def test_every_declared_logger_key_is_emitted() -> None:
     result = _logger_keys(SRC)
-    if result.counts["declared"] == 0:  # nothing declared in the tree yet: see the module doc
-        (tmp_path / "sample_metrics.py").write_text(_SAMPLE)
-        result = _logger_keys(SRC, tmp_path / "sample_metrics.py")
-    return result
-
-
-def test_every_declared_logger_key_is_emitted(tmp_path: Path) -> None:
-    result = _tree_or_sample(tmp_path)
     assert result.counts["declared"] > 0, "no MetricSpec declaration found: the matcher is stale"
     assert result.counts["emitted"] == result.counts["declared"]
     assert list(result.violations) == []
@@ -59,17 +50,17 @@ def test_every_declared_logger_key_is_emitted(tmp_path: Path) -> None:
 
 def test_a_renamed_emit_site_is_reported(tmp_path: Path) -> None:
     """The matcher must fail on the bug it exists for, or the test above proves nothing."""
-    renamed = _SAMPLE.replace('metrics["rollout/tokens"]', 'metrics["rollout/n_tokens"]')
+    renamed = _SAMPLE.replace('metrics["sample/tokens"]', 'metrics["sample/n_tokens"]')
     (tmp_path / "sample_metrics.py").write_text(renamed)
     result = _logger_keys(SRC, tmp_path / "sample_metrics.py")
     problems = [v.problem for v in result.violations]
-    assert any("'rollout/tokens' is declared but never emitted" in p for p in problems), problems
+    assert any("'sample/tokens' is declared but never emitted" in p for p in problems), problems
 
 
 def test_a_key_named_only_in_a_string_is_not_emitted(tmp_path: Path) -> None:
     docstring_only = _SAMPLE.replace(
-        '    metrics = {"train/loss": loss}\n', '    """Logs "train/loss"."""\n    metrics = {}\n'
+        '    metrics = {"sample/loss": loss}\n', '    """Logs "sample/loss"."""\n    metrics = {}\n'
     )
     (tmp_path / "sample_metrics.py").write_text(docstring_only)
     result = _logger_keys(SRC, tmp_path / "sample_metrics.py")
-    assert any("'train/loss'" in v.problem for v in result.violations)
+    assert any("'sample/loss'" in v.problem for v in result.violations)

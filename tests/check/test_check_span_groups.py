@@ -6,6 +6,7 @@ from _check_support import FixtureProject
 
 GROUPS = "src/minirl/groups.py"
 ACTORS = "src/minirl/actors.py"
+TRAINER = "src/minirl/trainer.py"
 
 
 def test_fixture_passes(minirl: FixtureProject) -> None:
@@ -41,16 +42,7 @@ def test_removed_registration_fails_at_every_emit_site(minirl: FixtureProject) -
 
 def test_is_span_group_enabled_counts_as_using_a_group(minirl: FixtureProject) -> None:
     """A gate on a group (engine tracing, HTTP instrumentation) is how foreign spans get emitted."""
-    minirl.mutate(ACTORS, "    @traced(SCORE)\n", "    @staticmethod\n")
-    minirl.mutate(ACTORS, "def _score_one(self, completion: str)", "def _score_one(completion: str)")
-    minirl.mutate(
-        ACTORS,
-        "return float(len(completion))",
-        "return float(len(completion)) if is_span_group_enabled(SCORE) else 0.0",
-    )
-    minirl.mutate(
-        ACTORS, "from rlsight import span, traced", "from rlsight import is_span_group_enabled, span"
-    )
+    _gate_score_instead_of_tracing_it(minirl)
     assert minirl.violations("span-groups") == []
 
 
@@ -73,3 +65,49 @@ def test_no_emit_sites_is_a_violation(minirl: FixtureProject) -> None:
         (minirl.root / "src/minirl" / name).unlink()
     problems = [v.problem for v in minirl.violations("span-groups")]
     assert any(p.startswith("found nothing to check: no span helper") for p in problems)
+
+
+def _gate_score_instead_of_tracing_it(minirl: FixtureProject) -> None:
+    minirl.mutate(ACTORS, "    @traced(SCORE)\n", "    @staticmethod\n")
+    minirl.mutate(ACTORS, "def _score_one(self, completion: str)", "def _score_one(completion: str)")
+    minirl.mutate(
+        ACTORS,
+        "return float(len(completion))",
+        "return float(len(completion)) if is_span_group_enabled(SCORE) else 0.0",
+    )
+    minirl.mutate(
+        ACTORS, "from rlsight import span, traced", "from rlsight import is_span_group_enabled, span"
+    )
+
+
+def test_a_group_used_only_through_a_gate_is_named_in_the_summary(minirl: FixtureProject) -> None:
+    """The gate is how a group emitted elsewhere (an engine's tracing) passes: never silently."""
+    _gate_score_instead_of_tracing_it(minirl)
+    (result,) = minirl.check(guards=("span-groups",)).results
+    assert result.violations == ()
+    assert result.counts["gated_only"] == 1
+    assert result.summary.endswith(", 1 gated only (mini_score)")
+
+
+def test_a_group_with_a_span_is_not_gated_only(minirl: FixtureProject) -> None:
+    (result,) = minirl.check(guards=("span-groups",)).results
+    assert (result.counts["gated_only"], result.names["gated_only"]) == (0, ())
+    assert result.summary.endswith(", 0 gated only")
+
+
+def test_a_span_inside_per_prompt_scope_emits_per_prompt(minirl: FixtureProject) -> None:
+    """per_prompt_scope relabels its spans per_prompt at run time, so that group is emitted."""
+    gated = (
+        "                    if is_span_group_enabled(RL.PER_PROMPT):\n"
+        "                        with span(RL.PER_PROMPT, Names.PROMPT, length=len(prompt)):\n"
+    )
+    scoped = (
+        "                    with per_prompt_scope():\n"
+        "                        with span(RL.TRAINING, Names.PROMPT, length=len(prompt)):\n"
+    )
+    before = minirl.check(guards=("span-groups",)).results[0].counts
+    minirl.mutate(TRAINER, gated, scoped)
+    minirl.mutate(TRAINER, "    is_span_group_enabled,\n", "    per_prompt_scope,\n")
+    (result,) = minirl.check(guards=("span-groups",)).results
+    assert result.violations == ()
+    assert result.counts == before

@@ -52,16 +52,21 @@ class GuardResult:
 
     ``counts`` are what the guard looked at (e.g. ``{"emitted": 48, "documented": 47}``);
     they go into the summary line so a reader can tell a guard that checked 48 names from one
-    that checked none.
+    that checked none. ``names`` lists, for a few counts, what was counted, where the names
+    matter more than the number (the groups that rest on a gate alone).
     """
 
     guard: str
     title: str
     counts: dict[str, int]
     violations: tuple[Violation, ...] = field(default=())
+    names: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def summary(self) -> str:
-        """``span names: 48 emitted, 47 documented``."""
-        parts = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in self.counts.items())
+        """``span names: 48 emitted, 47 documented``; named counts add ``(a, b)``."""
+        parts = ", ".join(
+            f"{n} {k.replace('_', ' ')}" + (f" ({', '.join(self.names[k])})" if self.names.get(k) else "")
+            for k, n in self.counts.items()
+        )
         return f"{self.title}: {parts}"

@@ -97,6 +97,7 @@ class CheckReport:
                     "title": r.title,
                     "ok": not r.violations,
                     "counts": dict(r.counts),
+                    "names": {k: list(v) for k, v in r.names.items()},
                     "problems": len(r.violations),
                 }
                 for r in self.results

@@ -4,9 +4,13 @@ A group registered with ``SpanGroup(...)`` that no call site emits is worse than
 preset that lists it advertises spans it can never deliver. A group used at an emit site that
 no namespace registers is a typo that the runtime only reports as a pending-name warning.
 
-A group counts as emitted when a span helper opens a span under it, or when code tests
+A group counts as emitted when a span helper opens a span under it (inside
+``per_prompt_scope()`` that includes ``per_prompt``, the label it gets at run time), or when code tests
 ``is_span_group_enabled(group)`` to gate work rlsight does not open itself (an
-instrumentation library's spans, an engine's native tracing). Groups rlsight registers are
+instrumentation library's spans, an engine's native tracing); the summary counts such groups
+as ``gated only``, so a group that rests on a gate alone stays visible. That gate is the
+exemption for groups emitted outside the checked tree, and it is tied to code: remove the
+code that turns the foreign emitter on and the group fails again. Groups rlsight registers are
 visible to the second direction when another project is checked, but only the checked
 project's own registrations must have emitters there.
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from rlsight.check._ast import PER_PROMPT, Resolved
 from rlsight.check._context import CheckContext, closest, nothing_to_check
 from rlsight.check._model import GuardResult, Violation
 
@@ -22,6 +27,8 @@ __all__ = ["GUARD", "TITLE", "check"]
 
 GUARD = "span-groups"
 TITLE = "span groups"
+_GATE_HELPER = "is_span_group_enabled()"
+_PER_PROMPT_GROUP = Resolved(values=frozenset({PER_PROMPT}))
 
 
 def check(ctx: CheckContext) -> GuardResult:
@@ -47,14 +54,20 @@ def check(ctx: CheckContext) -> GuardResult:
                 own.setdefault(name, (decl.module.display, decl.line))
 
     used: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    opened: set[str] = set()  # groups a span helper opens spans under
     sites = [(e.module, e.line, e.group, f"{e.helper}()") for e in ctx.facts.spans]
-    sites += [(g.module, g.line, g.group, "is_span_group_enabled()") for g in ctx.facts.gates]
+    sites += [(g.module, g.line, g.group, _GATE_HELPER) for g in ctx.facts.gates]
+    for emit in ctx.facts.spans:
+        if emit.in_per_prompt_scope:  # relabelled per_prompt at run time
+            sites.append((emit.module, emit.line, _PER_PROMPT_GROUP, "per_prompt_scope()"))
     for module, line, group, how in sites:
         if module.external or ctx.suppressed(module, line, GUARD):
             continue
         if group.is_known:
             for name in group.values:
                 used[name].append((module.display, line))
+            if how != _GATE_HELPER:
+                opened |= group.values
         elif group.unknown is not None:
             violations.append(
                 Violation(
@@ -103,5 +116,8 @@ def check(ctx: CheckContext) -> GuardResult:
                         f"{name!r}, ...)]) or use a registered group",
                     )
                 )
-    counts = {"registered": len(visible), "emitted": len(used)}
-    return GuardResult(GUARD, TITLE, counts, tuple(violations))
+    # A group used only through a gate is emitted by something else (an engine's own tracing,
+    # an instrumentation library); named in the summary so a group resting on that is seen.
+    gated_only = tuple(sorted(set(used) - opened))
+    counts = {"registered": len(visible), "emitted": len(used), "gated_only": len(gated_only)}
+    return GuardResult(GUARD, TITLE, counts, tuple(violations), {"gated_only": gated_only})

@@ -1,4 +1,10 @@
-"""Shared fixtures: a run folder per test and an in-memory capture of what rlsight emits."""
+"""Shared fixtures: a run folder per test, an in-memory capture, and one Ray cluster per session.
+
+Starting Ray costs ~5-7 s and each actor ~125 MiB, so there is one cluster per session
+(``ray_cluster``), shared by the propagation tests and the demo's, and tests use few actors.
+Workers write their spans into the cluster's run folder; read them back with
+``_ray_support.wait_for_spans``.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from _ray_support import RayCluster
+from rlsight import TelemetryConfig
+from rlsight.ray import ray_runtime_env
 from rlsight.testing import Capture, capture_telemetry
 
 
@@ -21,3 +30,22 @@ def capture(run_dir: Path) -> Iterator[Capture]:
     """Telemetry set up with every span group on, recording into memory and ``run_dir``."""
     with capture_telemetry(run_dir=run_dir) as cap:
         yield cap
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
+    """``ray.init(num_cpus=2)`` with ``ray_runtime_env(config)``: every span group on, strict."""
+    import ray
+
+    config = TelemetryConfig(
+        run_id="ray-tests",
+        run_dir=str(tmp_path_factory.mktemp("ray-run")),
+        span_groups=("all",),
+        strict=True,
+        shutdown_timeout_ms=2000,
+    )
+    ray.init(num_cpus=2, include_dashboard=False, runtime_env=ray_runtime_env(config))
+    try:
+        yield RayCluster(config)
+    finally:
+        ray.shutdown()

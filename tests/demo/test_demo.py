@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import os
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import ray
@@ -14,6 +17,7 @@ import ray
 from _ray_support import RayCluster
 from rlsight import metrics
 from rlsight.analysis import Buckets, analyze_run
+from rlsight.commands import demo as demo_command
 from rlsight.store import MetricPoint, SpanRecord, read_metrics, read_spans
 
 pytestmark = pytest.mark.ray
@@ -46,19 +50,29 @@ class DemoRun:
 
 
 @pytest.fixture(scope="module")
-def demo(ray_cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
-    """One demo run (``per_step`` + ``per_prompt``) on the already-initialised session cluster."""
-    # Importing the demo registers its metric group in this process, where every later test's
-    # tee would then record it too: restore the registry as it was (as tests/test_metrics.py does).
+def demo_module() -> Iterator[ModuleType]:
+    """``rlsight.demo``, imported with the metric registry restored afterwards.
+
+    Importing the demo registers its metric group in this process, where every later test's
+    tee would then record it too; the registry is put back as it was (as tests/test_metrics.py
+    does around each of its tests).
+    """
     groups = dict(metrics._GROUPS)
     try:
-        from rlsight.demo import run_demo
-
-        run_dir = run_demo(tmp_path_factory.mktemp("demo") / "run", steps=STEPS)
-        yield DemoRun(run_dir, read_spans(run_dir).spans, read_metrics(run_dir).points)
+        yield importlib.import_module("rlsight.demo")
     finally:
         metrics._GROUPS.clear()
         metrics._GROUPS.update(groups)
+
+
+@pytest.fixture(scope="module")
+def demo(
+    demo_module: ModuleType, ray_cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory
+) -> DemoRun:
+    """One demo run (``per_step`` + ``per_prompt``) on the already-initialised session cluster."""
+    run_dir = demo_module.run_demo(tmp_path_factory.mktemp("demo") / "run", steps=STEPS)
+    assert isinstance(run_dir, Path)
+    return DemoRun(run_dir, read_spans(run_dir).spans, read_metrics(run_dir).points)
 
 
 def _worker_group(span: SpanRecord) -> object:
@@ -181,3 +195,13 @@ def test_a_checkpoint_is_written_into_the_run_folder(demo: DemoRun) -> None:
 def test_an_already_initialised_cluster_is_left_running(demo: DemoRun) -> None:
     assert ray.is_initialized()
     assert ray.cluster_resources()["CPU"] == 2
+
+
+def test_rlsight_demo_help_names_the_demo_defaults(demo_module: ModuleType) -> None:
+    """The command keeps no defaults of its own (importing the demo for --help would import Ray)."""
+    parser = argparse.ArgumentParser()
+    demo_command.add_arguments(parser)
+    text = " ".join(parser.format_help().split())
+    assert f"(default {demo_module.DEFAULT_STEPS})" in text
+    assert f"(default {','.join(demo_module.DEFAULT_SPAN_GROUPS)})" in text
+    assert parser.parse_args([]) == argparse.Namespace(run_dir=None, steps=None, span_groups=None)

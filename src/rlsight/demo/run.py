@@ -104,6 +104,8 @@ def _start_ray(config: TelemetryConfig) -> bool:
 
 
 def _start_workers(config: TelemetryConfig, seed: int) -> _Workers:
+    """Start the three actors; all their processes start at once."""
+
     def start(actor_class: Any, worker_group: str, *args: Any) -> Any:
         # The run's RLSIGHT_* variables on each actor too: on a cluster another run
         # initialised, they point the workers' telemetry at this run, not that one.
@@ -113,16 +115,19 @@ def _start_workers(config: TelemetryConfig, seed: int) -> _Workers:
         )
         return actor_class.options(**options).remote(*args)
 
-    # All three processes start at once; the generation worker learns the environment's
-    # address when it loads its model.
-    env = start(EnvService, "env")
-    generation = start(GenerationWorker, "generation", seed)
-    policy = start(PolicyWorker, "policy")
-    workers = _Workers(generation, policy, env)
-    url = score_path(ray.get(env.serve.remote()))
+    return _Workers(
+        generation=start(GenerationWorker, "generation", seed),
+        policy=start(PolicyWorker, "policy"),
+        env=start(EnvService, "env"),
+    )
+
+
+def _load_models(workers: _Workers, seed: int) -> None:
+    """Serve the environment, then load both models (the generation worker learns the URL)."""
+    url = score_path(ray.get(workers.env.serve.remote()))
     infos: list[WorkerInfo] = ray.get([
-        dispatch_with_trace_context(generation.load_model, seed, url),
-        dispatch_with_trace_context(policy.load_model, seed),
+        dispatch_with_trace_context(workers.generation.load_model, seed, url),
+        dispatch_with_trace_context(workers.policy.load_model, seed),
     ])
     if not all(info["telemetry"] for info in infos):
         warnings.warn(
@@ -132,7 +137,6 @@ def _start_workers(config: TelemetryConfig, seed: int) -> _Workers:
             RlsightWarning,
             stacklevel=3,
         )
-    return workers
 
 
 def _stop_workers(workers: _Workers) -> None:
@@ -225,6 +229,7 @@ def run_demo(
                     started_ray = _start_ray(config)
                 with setup_span("workers"):
                     workers = _start_workers(config, seed)
+                    _load_models(workers, seed)
                 with setup_span("initial_fill"):
                     loader.start()
                     loader.wait_until_ready()
@@ -237,11 +242,13 @@ def run_demo(
                 print(_progress(step, steps, scalars, wall_s), flush=True)
     finally:
         loader.stop()
-        if workers is not None:
-            _stop_workers(workers)
-        shutdown_telemetry()
-        if started_ray:
-            ray.shutdown()
+        try:
+            if workers is not None:
+                _stop_workers(workers)
+        finally:
+            shutdown_telemetry()
+            if started_ray:
+                ray.shutdown()
     return config.run_path
 
 

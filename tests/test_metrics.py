@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlsight import metrics
 from rlsight.errors import MetricSpecError, RlsightWarning
 from rlsight.metrics import (
     DOC_BEGIN,
@@ -29,7 +28,7 @@ from rlsight.metrics import (
 )
 from rlsight.spans import efficiency_span, setup_span
 from rlsight.store import read_metrics
-from rlsight.testing import CapturedPoint, capture_telemetry
+from rlsight.testing import CapturedPoint, capture_telemetry, isolated_metric_groups
 
 LOSS = MetricSpec("test.loss", "train/loss", "gauge", "1", "Training loss.")
 SAMPLES = MetricSpec("test.samples", "train/samples", "counter", "{sample}", "Samples seen.")
@@ -39,10 +38,8 @@ GRAD = MetricSpec("test.grad_norm", "train/grad_norm", "histogram", "1", "Gradie
 @pytest.fixture(autouse=True)
 def _isolated_groups() -> Iterator[None]:
     """Each test registers its own groups; the process-wide registry is restored after."""
-    saved = dict(metrics._GROUPS)
-    yield
-    metrics._GROUPS.clear()
-    metrics._GROUPS.update(saved)
+    with isolated_metric_groups():
+        yield
 
 
 def points(capture: object, name: str) -> list[CapturedPoint]:

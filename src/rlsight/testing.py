@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-__all__ = ["Capture", "CapturedPoint", "capture_telemetry"]
+__all__ = ["Capture", "CapturedPoint", "capture_telemetry", "isolated_metric_groups"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,3 +153,23 @@ def capture_telemetry(
             _groups._activate(previous.config.span_groups)
         if tmp is not None:
             tmp.cleanup()
+
+
+@contextmanager
+def isolated_metric_groups() -> Iterator[None]:
+    """Forget, at the end of the block, every metric group registered inside it.
+
+    Registration is process-wide and once per group (a second one is an error, by design), and
+    the step tee records every registered group; a test that declares groups, or imports a
+    module that does, uses this so later tests see the registry as it was.
+    """
+    from rlsight import metrics
+
+    with metrics._GROUPS_LOCK:
+        saved = dict(metrics._GROUPS)
+    try:
+        yield
+    finally:
+        with metrics._GROUPS_LOCK:
+            metrics._GROUPS.clear()
+            metrics._GROUPS.update(saved)

@@ -15,10 +15,10 @@ import pytest
 import ray
 
 from _ray_support import RayCluster
-from rlsight import metrics
 from rlsight.analysis import Buckets, analyze_run
 from rlsight.commands import demo as demo_command
 from rlsight.store import MetricPoint, SpanRecord, read_metrics, read_spans
+from rlsight.testing import isolated_metric_groups
 
 pytestmark = pytest.mark.ray
 
@@ -57,12 +57,8 @@ def demo_module() -> Iterator[ModuleType]:
     tee would then record it too; the registry is put back as it was (as tests/test_metrics.py
     does around each of its tests).
     """
-    groups = dict(metrics._GROUPS)
-    try:
+    with isolated_metric_groups():
         yield importlib.import_module("rlsight.demo")
-    finally:
-        metrics._GROUPS.clear()
-        metrics._GROUPS.update(groups)
 
 
 @pytest.fixture(scope="module")

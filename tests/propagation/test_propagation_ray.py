@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import ray
 from _ray_actors import AsyncEnv, SyncWorker, ThreadedWorker, traced_task
-from _ray_support import RayCluster, wait_for_spans
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _ray_support import RayCluster, wait_for_spans
 from rlsight import RL, RlsightWarning, umbrella_span
 from rlsight.propagation import TRACE_CONTEXT_KWARG, dispatch_with_trace_context, trace_context_kwargs
 from rlsight.ray import traced_handle, worker_options

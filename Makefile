@@ -15,7 +15,7 @@ venv: .venv/.synced
 	@touch $@
 
 lint: venv
-	.venv/bin/ruff check src tests benchmarks
+	.venv/bin/ruff check --no-cache src tests benchmarks
 	.venv/bin/mypy
 
 check: venv
@@ -27,7 +27,7 @@ browser:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 test: venv browser
-	.venv/bin/ruff check src tests benchmarks
+	.venv/bin/ruff check --no-cache src tests benchmarks
 	.venv/bin/mypy
 	.venv/bin/rlsight check
 	.venv/bin/pytest -q -p no:cacheprovider

@@ -11,16 +11,41 @@ import rlsight
 from rlsight import (
     RL,
     Bucket,
+    MetricSpec,
     ShutdownReport,
     SpanGroup,
     Telemetry,
     TelemetryConfig,
+    accepts_trace_context,
+    attach_trace_carrier,
     bucket_scope,
+    current_trace_carrier,
     efficiency_span,
     per_prompt_scope,
+    record_metrics,
+    register_metric_group,
     span,
+    tee_step_metrics,
+    trace_context_kwargs,
     traced,
 )
+from rlsight.engines import EngineMetricsReader, record_engine_deltas
+
+
+class Trainer:
+    @accepts_trace_context
+    def train(self, batch: list[float]) -> float:
+        return sum(batch)
+
+    @accepts_trace_context
+    async def score(self, texts: list[str]) -> list[float]:
+        return [float(len(t)) for t in texts]
+
+
+def collector_thread(carrier: dict[str, str] | None) -> None:
+    with attach_trace_carrier(carrier), span(RL.DATA_PLANE, "rl.data_plane.collect"):
+        pass
+
 
 
 @traced(RL.GENERATION, "rl.rollout.generate")
@@ -59,6 +84,15 @@ def run(config: TelemetryConfig) -> ShutdownReport:
             with per_prompt_scope():
                 total: int = sum(stream(4))
                 assert total == 6
+    register_metric_group("trainer", [MetricSpec("rl.train.loss", "train/loss", "gauge", "1", "Loss.")])
+    record_metrics("trainer", {"train/loss": 0.5})
+    tee_step_metrics(3, {"train/loss": 0.4}, denominator_s=1.5)
+    kwargs = trace_context_kwargs()
+    carrier = current_trace_carrier()
+    collector_thread(carrier)
+    reader = EngineMetricsReader.from_url("http://127.0.0.1:8000/metrics", flavor="vllm")
+    record_engine_deltas(3, reader.read_delta(), engine="generation/0")
+    assert Trainer().train([1.0], **kwargs) == 1.0
     seconds: dict[str, float] = telemetry.take_efficiency_seconds()
     assert isinstance(seconds, dict)
     return rlsight.shutdown_telemetry(timeout_ms=1000)

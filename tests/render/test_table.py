@@ -55,3 +55,13 @@ def test_skipped_records_and_notes_are_reported():
     text = _text(run)
     assert "0 record(s) skipped" in text
     assert "note         no rl.step spans" in text
+
+
+def test_the_engine_line_shows_preemptions_and_finish_reasons():
+    from rlsight.analysis.model import Engine, EngineStep
+    from rlsight.render._format import engine_outcomes
+
+    engine = Engine("rl.engine.generation_tokens", [EngineStep(0, 1, 100.0, 10.0)],
+                    preemptions=0.0, finished={"stop": 93.0, "length": 7.0})
+    assert engine_outcomes(engine) == ", preemptions 0, finish: stop 93% length 7%"
+    assert engine_outcomes(Engine("rl.engine.generation_tokens", [])) == ""

@@ -359,10 +359,17 @@ class EngineStep:
 
 @dataclass(frozen=True, slots=True)
 class Engine:
-    """Engine throughput per step, from the run's metrics."""
+    """Engine throughput per step, and the run's request outcomes, from the run's metrics.
+
+    ``preemptions`` is ``None`` when no engine reported the series (not 0: an engine that
+    does not count preemptions did not have none). ``finished`` counts successful requests
+    per ``rl.engine.finish_reason`` over the run.
+    """
 
     metric: str
     steps: list[EngineStep]
+    preemptions: float | None = None
+    finished: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
-from rlsight.analysis.model import RunReport
+from rlsight.analysis.model import Engine, RunReport
 
-__all__ = ["clock", "count", "pct", "secs", "startup_line", "step_digits", "summary_line", "volume_lines"]
+__all__ = [
+    "clock",
+    "count",
+    "engine_outcomes",
+    "pct",
+    "secs",
+    "startup_line",
+    "step_digits",
+    "summary_line",
+    "volume_lines",
+]
 
 
 def secs(ns: float, digits: int = 1) -> str:
@@ -45,6 +55,17 @@ def count(value: float) -> str:
     if value == int(value):
         return f"{int(value)}"
     return f"{value:.1f}"
+
+
+def engine_outcomes(engine: Engine) -> str:
+    """``, preemptions 0, finish: stop 93% length 7%``; empty where the engines said nothing."""
+    out = ""
+    if engine.preemptions is not None:
+        out += f", preemptions {count(engine.preemptions)}"
+    total = sum(engine.finished.values())
+    if total:
+        out += ", finish: " + " ".join(f"{r} {pct(n / total)}" for r, n in engine.finished.items())
+    return out
 
 
 def summary_line(report: RunReport) -> str:

@@ -20,6 +20,7 @@ from rlsight.analysis.model import RunReport
 from rlsight.render._format import (
     clock,
     count,
+    engine_outcomes,
     pct,
     secs,
     startup_line,
@@ -249,6 +250,9 @@ def _sections(report: RunReport) -> list[str]:
     if report.engine is not None and report.engine.steps:
         out.append('<div class="chart small"><canvas id="engine-chart" role="img" '
                    'aria-label="engine tokens per second per step"></canvas></div>')
+        outcomes = engine_outcomes(report.engine).lstrip(", ")
+        if outcomes:
+            out.append(f'<p class="muted">{_e(outcomes)}</p>')
     else:
         out.append('<p class="muted">No engine metrics (rl.engine.generation_tokens) in this run.</p>')
     out.append("<h2>Span volume</h2>")

@@ -12,6 +12,7 @@ from rlsight.analysis.model import BUCKET_NAMES, RunReport, Straggler
 from rlsight.render._format import (
     clock,
     count,
+    engine_outcomes,
     pct,
     secs,
     startup_line,
@@ -122,7 +123,8 @@ def render_report(report: RunReport, console: Console) -> None:
     if report.engine is not None and report.engine.steps:
         tokens = sum(x.tokens for x in report.engine.steps) / len(report.engine.steps)
         rate = sum(x.tokens_per_s for x in report.engine.steps) / len(report.engine.steps)
-        line(f"engine       {count(tokens)} gen tokens/step, {count(rate)} tok/s")
+        line(f"engine       {count(tokens)} gen tokens/step, {count(rate)} tok/s"
+             + engine_outcomes(report.engine))
     wasted = sum(report.wasted.by_step_ns)
     if wasted:
         top = report.wasted.by_name[0] if report.wasted.by_name else None

@@ -23,6 +23,7 @@ from rlsight.render._format import (
     engine_outcomes,
     pct,
     secs,
+    span_label,
     startup_line,
     step_digits,
     summary_line,
@@ -194,7 +195,7 @@ def _sections(report: RunReport) -> list[str]:
                           [["median s", *(secs(getattr(ss, n).median_ns, d) for n in (*_PARTS, "wall"))],
                            ["p90 s", *(secs(getattr(ss, n).p90_ns, d) for n in (*_PARTS, "wall"))]]))
         out.append(_table(["decided by", "bucket", "seconds per step present", "steps present"],
-                          [[c.name, c.bucket, secs(c.attributed_ns / max(1, c.steps_present), d),
+                          [[span_label(c.name), c.bucket, secs(c.attributed_ns / max(1, c.steps_present), d),
                             f"{c.steps_present} of {len(report.steps)}"] for c in report.top]))
     else:
         out.append('<p class="warn">No rl.step spans: there is no per-step breakdown.</p>')

@@ -15,6 +15,7 @@ from rlsight.render._format import (
     engine_outcomes,
     pct,
     secs,
+    span_label,
     startup_line,
     step_digits,
     summary_line,
@@ -50,7 +51,8 @@ def _top_lines(report: RunReport) -> list[str]:
             continue
         parts = []
         for c in items:
-            text = f"{c.name} {secs(c.attributed_ns / max(1, c.steps_present), step_digits(report))}"
+            per_step = c.attributed_ns / max(1, c.steps_present)
+            text = f"{span_label(c.name)} {secs(per_step, step_digits(report))}"
             if c.steps_present < steps:
                 text += f" (in {c.steps_present} of {steps} steps)"
             parts.append(text)

@@ -814,7 +814,7 @@ class TestPerPromptScope:
             pass
         attrs = _attrs(_one(capture, "rl.test.put"))
         assert attrs["rl.span_group"] == "per_prompt"
-        assert "rl.bucket" not in attrs  # per-prompt detail never partitions wall time
+        assert attrs["rl.bucket"] == "overhead"  # the work keeps its own group's bucket
 
     def test_traced_call_inside_per_prompt_scope_is_suppressed_under_per_step(self) -> None:
         @traced("data_plane", "rl.test.get")

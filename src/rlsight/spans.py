@@ -33,6 +33,7 @@ from rlsight.errors import warn_once
 from rlsight.groups import _GATE, RL
 
 __all__ = [
+    "BUILTIN_EFFICIENCY_CATEGORIES",
     "REDACTED_KEYS",
     "declare_efficiency_categories",
     "declared_efficiency_categories",
@@ -178,8 +179,10 @@ class _LiveSpan:
             if _per_prompt.get():
                 if _PER_PROMPT not in _GATE.enabled:
                     return None
-                # Per-prompt detail never partitions wall time, like the group it moves to.
-                group, bucket = _PER_PROMPT, None
+                # Relabelled for volume gating only: the work is still what its own group
+                # says (a reward call is productive), so a fleet that works per prompt (an
+                # environment service) shows its utilisation when per_prompt is on.
+                group = _PER_PROMPT
             if not self._attrs:
                 attrs = {}
             elif self._clean:
@@ -462,10 +465,12 @@ def efficiency_span(category: str) -> _LiveSpan | _NoopSpan:
     return _LiveSpan(RL.EFFICIENCY, name, None, bucket=bucket, category=category)
 
 
-declare_efficiency_categories(
+#: The categories rlsight declares itself (docs/span-groups.md lists these).
+BUILTIN_EFFICIENCY_CATEGORIES: Final = (
     "idle/buffer_starvation", "idle/refit_bubble", "idle/generation_wait", "idle/barrier",
     "wasted/stale_discard", "wasted/aborted_rollout", "wasted/recompute",
 )
+declare_efficiency_categories(*BUILTIN_EFFICIENCY_CATEGORIES)
 
 
 # -- decorators ----------------------------------------------------------------------------

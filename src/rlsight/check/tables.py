@@ -27,14 +27,27 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+_OWN_NAMESPACE: Final = "rl"
+
+
+def _own_groups() -> set[str]:
+    from rlsight.groups import registered_groups
+
+    return {n for n, (ns, _g) in registered_groups().items() if ns == _OWN_NAMESPACE}
+
+
 def span_groups_table() -> str:
     """Every registered span group: namespace, bucket, kind, the presets that include it."""
     from rlsight.groups import registered_groups, registered_presets, resolve_span_group_spec
 
-    presets = registered_presets()
+    # rlsight's own namespace only: a process that also registered other libraries' groups
+    # (a test, a user's trainer) must generate the same table.
+    presets = {p: v for p, v in registered_presets().items() if v[0] == _OWN_NAMESPACE}
     members = {p: resolve_span_group_spec([p]).enabled for p in presets}
     rows = []
     for name, (namespace, group) in registered_groups().items():
+        if namespace != _OWN_NAMESPACE:
+            continue
         kind = "umbrella" if group.umbrella else ("leaf" if group.bucket is not None else "detail")
         bucket = f"`{group.bucket.value}`" if group.bucket is not None else "—"
         if name == "efficiency":
@@ -50,7 +63,9 @@ def presets_table() -> str:
 
     rows = []
     for name, (namespace, _members) in sorted(registered_presets().items()):
-        groups = sorted(resolve_span_group_spec([name]).enabled)
+        if namespace != _OWN_NAMESPACE:
+            continue
+        groups = sorted(g for g in resolve_span_group_spec([name]).enabled if g in _own_groups())
         rows.append([f"`{name}`", f"`{namespace}`", str(len(groups)), ", ".join(f"`{g}`" for g in groups)])
     rows.append([f"`{ALL}`", "reserved", "every", "every group registered when the spec is resolved"])
     return markdown_table(["preset", "namespace", "groups", "members"], rows)
@@ -93,11 +108,11 @@ def identity_table() -> str:
 
 def efficiency_categories_table() -> str:
     """rlsight's built-in efficiency categories, with their span name and bucket."""
-    from rlsight.spans import declared_efficiency_categories
+    from rlsight.spans import BUILTIN_EFFICIENCY_CATEGORIES
 
     rows = [
         [f"`{c}`", f"`rl.efficiency.{c.replace('/', '.')}`", f"`{c.split('/', 1)[0]}`"]
-        for c in sorted(declared_efficiency_categories())
+        for c in sorted(BUILTIN_EFFICIENCY_CATEGORIES)
     ]
     return markdown_table(["category", "span", "bucket"], rows)
 

@@ -297,8 +297,10 @@ class Telemetry:
         span_sink = FileSink(run_dir / "traces" / f"{stem}.jsonl")
         metric_sink = FileSink(run_dir / "metrics" / f"{stem}.jsonl")
         self._sinks += [span_sink, metric_sink]
+        # Every 50 ms: the store promises an ended span reaches the kernel within 200 ms (a
+        # SIGKILLed Ray actor runs no exit hook), and a busy machine can delay this thread.
         store = BatchingSpanProcessor(
-            span_writer(span_sink), name="store", interval_s=0.1,
+            span_writer(span_sink), name="store", interval_s=0.05,
             on_error=lambda exc: self.report_internal_error("store-write", exc),
         )
         self._processors.append(store)

@@ -150,13 +150,8 @@ class TelemetryConfig:
         env = os.environ if environ is None else environ
         changes: dict[str, Any] = {}
         for s in SETTINGS:
-            if not s.otel_env or getattr(self, s.name) != _FIELD_DEFAULTS[s.name]:
-                continue
-            for var in s.otel_env:
-                raw = env.get(var)
-                if raw:
-                    changes[s.name] = _decode(s, raw.strip(), var)
-                    break
+            if s.otel_env and getattr(self, s.name) == _FIELD_DEFAULTS[s.name]:
+                _fill_from_otel(s, env, changes)
         return replace(self, **changes) if changes else self
 
     def to_env(self) -> dict[str, str]:
@@ -184,11 +179,7 @@ class TelemetryConfig:
                 continue
             # Only a field with no RLSIGHT_ variable falls back to OTEL_*: a projected value
             # equal to the default (service_name=rlsight) is still the driver's choice.
-            for var in s.otel_env:
-                fallback = env.get(var)
-                if fallback:
-                    kwargs[s.name] = _decode(s, fallback.strip(), var)
-                    break
+            _fill_from_otel(s, env, kwargs)
         return cls(**kwargs)
 
     @classmethod
@@ -213,6 +204,15 @@ class TelemetryConfig:
 _FIELD_DEFAULTS: Final[dict[str, Any]] = {
     f.name: f.default for f in fields(TelemetryConfig) if f.default is not MISSING
 }
+
+
+def _fill_from_otel(s: Setting, env: Mapping[str, str], into: dict[str, Any]) -> None:
+    """Set ``into[s.name]`` from the first non-empty standard ``OTEL_*`` variable of ``s``."""
+    for var in s.otel_env:
+        raw = env.get(var)
+        if raw:
+            into[s.name] = _decode(s, raw.strip(), var)
+            return
 
 
 def _fail(s: Setting, value: object, accepted: str) -> ConfigError:

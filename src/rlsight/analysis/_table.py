@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -20,9 +20,10 @@ from rlsight.analysis.model import Timeline
 from rlsight.store._columnar import SpanColumns
 from rlsight.store._schema import AttributeValue
 
-__all__ = ["STEP_SPAN", "Rank", "SpanTable", "build_table"]
+__all__ = ["STEP_SPAN", "Rank", "SpanTable", "build_table", "int_attribute"]
 
 I64 = NDArray[np.int64]
+_D = TypeVar("_D")
 
 STEP_SPAN: Final = "rl.step"
 #: Pointer-jumping rounds: enough for trees 2**48 deep; more means a parent cycle.
@@ -84,10 +85,13 @@ class SpanTable:
 
 def _rank_of(resource: Mapping[str, AttributeValue]) -> Rank:
     group = resource.get("rl.worker_group", resource.get("service.name", "unknown"))
-    return Rank(str(group), _int(resource.get("rl.rank"), 0), max(0, _int(resource.get("rl.devices"), 1)))
+    rank = int_attribute(resource.get("rl.rank"), 0)
+    return Rank(str(group), rank, max(0, int_attribute(resource.get("rl.devices"), 1)))
 
 
-def _int(value: object, default: int) -> int:
+def int_attribute(value: object, default: _D) -> int | _D:
+    """An attribute read as an int (OTLP writes int64 as a decimal string); ``default`` when
+    it is missing or not a number (a bool is not one)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         return default
     try:

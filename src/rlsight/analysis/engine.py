@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Final
 
 from rlsight.analysis._steps import Steps
+from rlsight.analysis._table import int_attribute
 from rlsight.analysis.model import Engine, EngineStep
 from rlsight.store import MetricPoint
 
@@ -24,15 +25,6 @@ PREEMPTIONS: Final = "rl.engine.preemptions"
 REQUEST_SUCCESS: Final = "rl.engine.request.success"
 FINISH_REASON: Final = "rl.engine.finish_reason"
 _DELTA: Final = 1
-
-
-def _int(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        return None
 
 
 def _step_totals(
@@ -48,7 +40,7 @@ def _step_totals(
     for p in points:
         if p.name != name or p.value is None:
             continue
-        step = _int(p.attributes.get("rl.step"))
+        step = int_attribute(p.attributes.get("rl.step"), None)
         if step is None:
             continue
         key_label = str(p.attributes.get(label, "")) if label else ""
@@ -60,7 +52,7 @@ def _step_totals(
             latest[key] = (p.time_ns, float(p.value))
     for (_, attrs), (_, value) in latest.items():
         named = dict(attrs)
-        step = _int(named["rl.step"])
+        step = int_attribute(named["rl.step"], None)
         assert step is not None
         key_label = str(named.get(label, "")) if label else ""
         summed[(step, key_label)] = summed.get((step, key_label), 0.0) + value

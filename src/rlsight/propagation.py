@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-from collections.abc import AsyncGenerator, Callable, Generator
+from collections.abc import Callable, Generator
 from typing import Any, Final, Protocol, TypeAlias, TypeVar, cast
 
 from opentelemetry import context as _context
@@ -30,7 +30,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, Trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from rlsight import runtime as _runtime
-from rlsight._resume import AttachedContext, attached_gen
+from rlsight._resume import AttachedContext, attached_agen_function, attached_gen
 from rlsight.errors import warn_once
 
 __all__ = [
@@ -385,33 +385,12 @@ def _enter(carrier: object, where: str, args: tuple[Any, ...]) -> Context | None
 def _wrapper_for(fn: Callable[..., Any], where: str) -> Callable[..., Any]:
     key = TRACE_CONTEXT_KWARG
     if inspect.isasyncgenfunction(fn):
-        async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
-            # The forwarding loop lives in the wrapper itself: Ray and inspect must see an
-            # async generator function, and an `async for` over a helper would not pass
-            # asend/athrow through.
-            ctx = _enter(kwargs.pop(key, None), where, args)
-            agen = fn(*args, **kwargs)
-            scope = AttachedContext(ctx)
-            send: Any = None
-            throw: BaseException | None = None
-            try:
-                while True:
-                    with scope:
-                        try:
-                            item = await (agen.athrow(throw) if throw is not None else agen.asend(send))
-                        except StopAsyncIteration:
-                            return
-                    throw = None
-                    try:
-                        send = yield item
-                    except GeneratorExit:
-                        raise
-                    except BaseException as exc:  # forwarded into the generator, like `yield from`
-                        throw = exc
-            finally:
-                with scope:
-                    await agen.aclose()
-        return agen_wrapper
+        def start(
+            args: tuple[Any, ...], kwargs: dict[str, Any]
+        ) -> tuple[Context | None, Callable[[BaseException | None], None] | None]:
+            return _enter(kwargs.pop(key, None), where, args), None
+
+        return attached_agen_function(fn, start)
     if inspect.iscoroutinefunction(fn):
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             ctx = _enter(kwargs.pop(key, None), where, args)

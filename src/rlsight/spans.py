@@ -18,16 +18,17 @@ import functools
 import inspect
 import threading
 import time
-from collections.abc import AsyncGenerator, Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from types import TracebackType
 from typing import Any, Final, TypeVar, cast
 
 from opentelemetry import context as _context
 from opentelemetry import trace as _trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Span, Status, StatusCode
 
 from rlsight import runtime as _runtime
-from rlsight._resume import AttachedContext, attached_gen
+from rlsight._resume import attached_agen_function, attached_gen
 from rlsight.buckets import Bucket, _bucket_override, _per_prompt
 from rlsight.errors import warn_once
 from rlsight.groups import _GATE, RL
@@ -485,42 +486,18 @@ def _wrap(fn: F, group: str, name: str, attrs: Mapping[str, Any], umbrella: bool
 
     wrapper: Callable[..., Any]
     if inspect.isasyncgenfunction(fn):
-        # An async generator cannot delegate like ``yield from``: ``async for`` over an inner
-        # generator would drop asend() values and throw athrow()/aclose() at the wrapper
-        # instead of the user's generator. So the wrapper drives ``fn``'s generator itself.
-        async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
-            agen = fn(*args, **kwargs)
-            span_cm = live() if group in _GATE.enabled else None
-            started = span_cm.start() if span_cm is not None else None
-            scope = AttachedContext(_trace.set_span_in_context(started) if started is not None else None)
-            error: BaseException | None = None
-            try:
-                send: Any = None
-                throw: BaseException | None = None
-                while True:
-                    with scope:
-                        try:
-                            item = await (agen.athrow(throw) if throw is not None else agen.asend(send))
-                        except StopAsyncIteration:
-                            return
-                    throw = None
-                    try:
-                        send = yield item
-                    except GeneratorExit:
-                        raise
-                    except BaseException as exc:  # forwarded into the generator, like `yield from`
-                        throw = exc
-            except BaseException as exc:
-                error = exc
-                raise
-            finally:
-                try:
-                    with scope:
-                        await agen.aclose()
-                finally:
-                    if span_cm is not None:
-                        span_cm.finish(error)
-        wrapper = agen_wrapper
+        def start(
+            args: tuple[Any, ...], kwargs: dict[str, Any]
+        ) -> tuple[Context | None, Callable[[BaseException | None], None] | None]:
+            if group not in _GATE.enabled:
+                return None, None
+            span_cm = live()
+            started = span_cm.start()
+            if started is None:
+                return None, None
+            return _trace.set_span_in_context(started), span_cm.finish
+
+        wrapper = attached_agen_function(fn, start)
     elif inspect.iscoroutinefunction(fn):
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             if group not in _GATE.enabled:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -315,6 +317,33 @@ class TestShutdown:
         assert report.elapsed_ms < 5 * 1000  # bounded: a multiple of the budget, never unbounded
         stored = read_spans(run_dir)
         assert len(stored.spans) == n and stored.skipped == []
+
+    def test_an_exporter_that_gave_up_before_shutdown_makes_the_report_say_so(self, run_dir: Path) -> None:
+        """Issue #18: every OTLP span dropped (collector down) used to report timed_out=False."""
+        with socket.create_server(("127.0.0.1", 0)) as closed:
+            endpoint = f"http://127.0.0.1:{closed.getsockname()[1]}"  # refused once closed
+        telemetry = setup_telemetry(_config(run_dir, otlp_endpoint=endpoint, shutdown_timeout_ms=1000))
+        with span("generation", "rl.test.gen"):
+            pass
+        (otlp,) = [p for p in telemetry._processors if p.name == "otlp"]
+        deadline = time.monotonic() + 30
+        while not otlp.dropped and time.monotonic() < deadline:  # the exporter retries ~1 s
+            time.sleep(0.05)
+        report = shutdown_telemetry(timeout_ms=2000)
+        assert report.dropped == {"otlp/export_failed": 1}
+        assert report.timed_out
+
+    def test_a_hung_collector_is_one_warning_line_without_a_traceback(
+        self, run_dir: Path, black_hole: _BlackHole, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        setup_telemetry(_config(run_dir, otlp_endpoint=black_hole.endpoint, shutdown_timeout_ms=10_000))
+        with span("generation", "rl.test.gen"):
+            pass
+        with caplog.at_level(logging.WARNING, logger="rlsight"):
+            assert shutdown_telemetry(timeout_ms=1000).timed_out
+        ours = [r for r in caplog.records if r.name == "rlsight" and r.levelno >= logging.WARNING]
+        assert ours, "expected the shutdown to warn about the lost spans"
+        assert [r.getMessage() for r in ours if r.exc_info or "\n" in r.getMessage()] == []
 
 
 def test_setup_with_a_store_that_cannot_be_opened_is_a_config_error(tmp_path: Path) -> None:

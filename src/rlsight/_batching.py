@@ -172,11 +172,15 @@ def _bounded(fn: Callable[[], bool], timeout_s: float) -> bool:
     def run() -> None:
         try:
             result.append(fn())
-        except Exception:  # a failed shutdown step is reported as failed, not as a dead thread
+        except Exception as exc:  # a failed shutdown step is reported as failed, not as a dead thread
+            # One line at WARNING (a collector that is down is an expected condition, not a
+            # crash to dump a traceback for); the traceback goes to DEBUG for whoever digs.
             _log.warning(
-                "rlsight: a bounded telemetry flush or shutdown step failed; the run is unaffected",
-                exc_info=True,
+                "rlsight: a telemetry flush or shutdown step failed (%s: %s); the run is "
+                "unaffected, the local store keeps what it wrote",
+                type(exc).__name__, " ".join(str(exc).split())[:300],
             )
+            _log.debug("rlsight: the failed flush or shutdown step", exc_info=True)
 
     thread = threading.Thread(target=run, name="rlsight-bounded", daemon=True)
     thread.start()

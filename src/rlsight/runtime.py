@@ -65,6 +65,9 @@ IDENTITY_ENV: Final = (
 )
 
 _SCOPE: Final = "rlsight"
+#: Drop reasons that mean an exporter did not deliver (``queue_full`` and ``after_shutdown``
+#: are spans that never reached an exporter, counted but not a delivery failure).
+_UNDELIVERED: Final = ("/export_failed", "/shutdown_timeout")
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -75,8 +78,10 @@ class ShutdownReport:
     ``dropped`` counts spans that never reached a sink, keyed ``"<sink>/<reason>"``
     (``otlp/shutdown_timeout``, ``store/queue_full``...); a batch an exporter was still
     holding when the budget ran out counts as dropped even if it lands later. ``timed_out``
-    is true when some step did not complete within the budget (or failed). Spans the local
-    store wrote are on disk whatever happened to the collector.
+    is true when shutdown could not deliver everything: a step did not complete within the
+    budget or failed, or an exporter gave up on spans (``*/export_failed``, a collector that
+    is down or refused them, possibly long before shutdown). Spans the local store wrote are
+    on disk whatever happened to the collector.
     """
 
     elapsed_ms: float
@@ -447,7 +452,9 @@ class Telemetry:
             dropped = {
                 f"{p.name}/{reason}": n for p in self._processors for reason, n in p.dropped.items() if n
             }
-            report = ShutdownReport((time.monotonic() - t0) * 1000, not ok, exported, dropped)
+            undelivered = any(key.endswith(_UNDELIVERED) for key in dropped)
+            report = ShutdownReport((time.monotonic() - t0) * 1000, not ok or undelivered,
+                                    exported, dropped)
         if report.dropped_total:
             _log.warning("rlsight: shutdown dropped %d spans (%s); the local store keeps what it "
                          "wrote", report.dropped_total, dict(report.dropped))

@@ -360,10 +360,7 @@ class _SetupSpan:
 
     def __init__(self, phase: str) -> None:
         self._phase = phase
-        self._inner: _LiveSpan | _NoopSpan = (
-            _LiveSpan(RL.SETUP, "rl.setup." + phase, None, umbrella=True)
-            if RL.SETUP in _GATE.enabled else _NOOP
-        )
+        self._inner = _LiveSpan(RL.SETUP, "rl.setup." + phase, None, umbrella=True)
         self._t0 = 0.0
 
     def __enter__(self) -> Span:
@@ -402,11 +399,14 @@ class _SetupSpan:
 def setup_span(phase: str) -> _SetupSpan | _NoopSpan:
     """``rl.setup.<phase>`` under ``rl.startup``, and its duration on ``rl.setup.duration``.
 
+    With the ``setup`` group off it is the shared no-op: neither the span nor the histogram
+    point is recorded, so a disabled group costs one set-membership test, as every other.
+
     Args:
         phase: A short literal (``"ray"``, ``"workers"``, ``"initial_fill"``); it becomes part
             of the span name and the ``phase`` metric attribute, so keep it bounded.
     """
-    if _runtime._ACTIVE is None:
+    if RL.SETUP not in _GATE.enabled:
         return _NOOP
     return _SetupSpan(phase)
 

@@ -257,11 +257,13 @@ class TestTee:
 
 
 class TestInference:
-    def test_duration_and_token_usage_follow_the_genai_conventions(self) -> None:
+    def test_a_client_timed_call_is_a_client_operation_duration(self) -> None:
+        """Issue #18: a caller's timing was recorded as gen_ai.server.request.duration."""
         with capture_telemetry() as cap:
             record_inference(1.25, 100, 20, model="qwen", operation="text_completion",
                              provider="vllm")
-            (duration,) = points(cap, "gen_ai.server.request.duration")
+            assert points(cap, "gen_ai.server.request.duration") == []
+            (duration,) = points(cap, "gen_ai.client.operation.duration")
             usage = {p.attributes["gen_ai.token.type"]: p for p in points(cap, "gen_ai.client.token.usage")}
         expected = {"gen_ai.request.model": "qwen", "gen_ai.operation.name": "text_completion",
                     "gen_ai.provider.name": "vllm"}
@@ -269,11 +271,24 @@ class TestInference:
         assert usage["input"].sum == 100 and usage["output"].sum == 20
         assert usage["input"].unit == "{token}"
 
+    def test_a_server_timed_request_is_a_server_request_duration_without_token_usage(self) -> None:
+        with capture_telemetry() as cap:
+            record_inference(0.75, 100, 20, model="qwen", operation="chat", side="server")
+            assert points(cap, "gen_ai.client.operation.duration") == []
+            assert points(cap, "gen_ai.client.token.usage") == []
+            (duration,) = points(cap, "gen_ai.server.request.duration")
+        assert duration.sum == 0.75
+        assert duration.attributes == {"gen_ai.request.model": "qwen", "gen_ai.operation.name": "chat"}
+
+    def test_an_unknown_side_is_a_value_error_even_without_telemetry(self) -> None:
+        with pytest.raises(ValueError, match="side='engine'"):
+            record_inference(1.0, 1, 1, model="m", operation="chat", side="engine")  # type: ignore[arg-type]
+
     def test_negative_duration_warns_and_only_the_tokens_are_recorded(self) -> None:
         with capture_telemetry() as cap:
             with pytest.warns(RlsightWarning, match="duration_s=-1.0"):
                 record_inference(-1.0, 10, 2, model="m", operation="chat")
-            assert points(cap, "gen_ai.server.request.duration") == []
+            assert points(cap, "gen_ai.client.operation.duration") == []
             assert len(points(cap, "gen_ai.client.token.usage")) == 2
 
 
@@ -296,7 +311,7 @@ class TestStore:
         assert by_name["rl.efficiency.pct"].attributes["rl.efficiency.category"] == (
             "idle/generation_wait")
         assert by_name["rl.setup.duration"].attributes == {"phase": "workers"}
-        assert by_name["gen_ai.server.request.duration"].sum == 0.5
+        assert by_name["gen_ai.client.operation.duration"].sum == 0.5
 
     def test_a_missing_key_shows_in_the_store_as_a_skip_not_a_zero(self, tmp_path: Path) -> None:
         register_metric_group("trainer", [LOSS])

@@ -50,6 +50,7 @@ from rlsight.ray import ray_runtime_env
 from rlsight.runtime import (
     ShutdownReport,
     Telemetry,
+    flush_telemetry,
     init_worker,
     setup_telemetry,
     shutdown_telemetry,
@@ -103,6 +104,7 @@ __all__ = [
     "declared_efficiency_categories",
     "dispatch_with_trace_context",
     "efficiency_span",
+    "flush_telemetry",
     "init_worker",
     "is_span_group_enabled",
     "job_span",

@@ -89,8 +89,12 @@ _DURATION_BUCKETS: Final = (
 _TOKEN_BUCKETS: Final = (
     1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
 )
-_GEN_AI_DURATION: Final = "gen_ai.server.request.duration"
+#: The GenAI conventions time a call on the side that timed it: the caller (client) or the
+#: model server; token usage is defined for clients only.
+_GEN_AI_CLIENT_DURATION: Final = "gen_ai.client.operation.duration"
+_GEN_AI_SERVER_DURATION: Final = "gen_ai.server.request.duration"
 _GEN_AI_TOKENS: Final = "gen_ai.client.token.usage"
+InferenceSide: TypeAlias = Literal["client", "server"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -465,14 +469,19 @@ def record_inference(
     model: str,
     operation: str,
     provider: str | None = None,
+    side: InferenceSide = "client",
 ) -> None:
     """Record one inference call the OpenTelemetry GenAI way; a no-op without telemetry.
 
-    Records ``gen_ai.server.request.duration`` (seconds) and ``gen_ai.client.token.usage``
-    twice (``gen_ai.token.type`` ``input`` and ``output``), with ``gen_ai.request.model``
-    and ``gen_ai.operation.name``. Time the driver-side generate call yourself and pass the
-    duration: it is not optional, because a duration nobody passed is a documented metric
-    that is never emitted.
+    The GenAI conventions name the duration after who timed it. ``side="client"`` (the
+    default: a driver or rollout worker timing its ``generate`` call) records
+    ``gen_ai.client.operation.duration`` and ``gen_ai.client.token.usage`` twice
+    (``gen_ai.token.type`` ``input`` and ``output``). ``side="server"`` (the model server
+    timing a request it served) records ``gen_ai.server.request.duration`` only: the
+    conventions define token usage for clients, and a server's tokens are the engine's
+    counters (``rl.engine.*``). Every point carries ``gen_ai.request.model`` and
+    ``gen_ai.operation.name``. The duration is not optional, because a duration nobody
+    passed is a documented metric that is never emitted.
 
     Args:
         duration_s: Wall seconds of the call, as the caller timed it.
@@ -481,7 +490,14 @@ def record_inference(
         model: The model requested (``gen_ai.request.model``).
         operation: ``gen_ai.operation.name``, e.g. ``text_completion`` or ``chat``.
         provider: ``gen_ai.provider.name`` (``vllm``, ``sglang``) when known.
+        side: ``"client"`` or ``"server"``: which side of the call measured it.
+
+    Raises:
+        ValueError: ``side`` is neither ``"client"`` nor ``"server"`` (a call-site bug,
+            raised even without telemetry so it shows in tests).
     """
+    if side not in ("client", "server"):
+        raise ValueError(f"record_inference(side={side!r}): expected 'client' or 'server'")
     runtime = active_runtime()
     if runtime is None:
         return
@@ -494,9 +510,15 @@ def record_inference(
         if provider is not None:
             attributes["gen_ai.provider.name"] = provider
         if _is_amount(duration_s, "duration_s"):
-            _INSTRUMENTS.histogram(
-                meter, _GEN_AI_DURATION, "s", "GenAI server request duration.", _DURATION_BUCKETS
-            ).record(float(duration_s), attributes)
+            if side == "client":
+                name, description = _GEN_AI_CLIENT_DURATION, "GenAI operation duration."
+            else:
+                name, description = _GEN_AI_SERVER_DURATION, "GenAI server request duration."
+            _INSTRUMENTS.histogram(meter, name, "s", description, _DURATION_BUCKETS).record(
+                float(duration_s), attributes
+            )
+        if side == "server":
+            return
         tokens = _INSTRUMENTS.histogram(
             meter, _GEN_AI_TOKENS, "{token}", "Tokens used per GenAI request.", _TOKEN_BUCKETS
         )
@@ -542,13 +564,17 @@ def _builtin_rows() -> list[list[str]]:
          "`negative`); never recorded as 0."],
         ["`rl.setup.duration`", "histogram", "`s`", "`phase`", "—",
          "Wall time of each startup phase (`setup_span`)."],
-        [f"`{_GEN_AI_DURATION}`", "histogram", "`s`",
+        [f"`{_GEN_AI_CLIENT_DURATION}`", "histogram", "`s`",
          "`gen_ai.request.model`, `gen_ai.operation.name`, `gen_ai.provider.name`", "—",
          "Duration of one inference call as the caller timed it (`record_inference`)."],
+        [f"`{_GEN_AI_SERVER_DURATION}`", "histogram", "`s`",
+         "`gen_ai.request.model`, `gen_ai.operation.name`, `gen_ai.provider.name`", "—",
+         "Duration of one request as the model server timed it "
+         "(`record_inference(..., side=\"server\")`)."],
         [f"`{_GEN_AI_TOKENS}`", "histogram", "`{token}`",
          "`gen_ai.token.type`, `gen_ai.request.model`, `gen_ai.operation.name`, "
          "`gen_ai.provider.name`", "—",
-         "Input and output tokens of one inference call (`record_inference`)."],
+         "Input and output tokens of one inference call (`record_inference`, client side)."],
     ]
     for spec in ENGINE_SERIES:
         extra = "".join(f", `{a}`" for a in spec.attributes)

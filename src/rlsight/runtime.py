@@ -40,6 +40,7 @@ __all__ = [
     "ShutdownReport",
     "Telemetry",
     "active_runtime",
+    "flush_telemetry",
     "init_worker",
     "setup_telemetry",
     "shutdown_telemetry",
@@ -65,6 +66,11 @@ IDENTITY_ENV: Final = (
 )
 
 _SCOPE: Final = "rlsight"
+#: How often ended spans and recorded metric points are written to the local store (ms).
+_STORE_INTERVAL_MS: Final = 50
+#: How often the OTLP exporters send spans and metric points to the collector (ms).
+_OTLP_SPAN_INTERVAL_MS: Final = 1000
+_OTLP_METRIC_INTERVAL_MS: Final = 5000
 #: Drop reasons that mean an exporter did not deliver (``queue_full`` and ``after_shutdown``
 #: are spans that never reached an exporter, counted but not a delivery failure).
 _UNDELIVERED: Final = ("/export_failed", "/shutdown_timeout")
@@ -305,12 +311,16 @@ class Telemetry:
         # Every 50 ms: the store promises an ended span reaches the kernel within 200 ms (a
         # SIGKILLed Ray actor runs no exit hook), and a busy machine can delay this thread.
         store = BatchingSpanProcessor(
-            span_writer(span_sink), name="store", interval_s=0.05,
+            span_writer(span_sink), name="store", interval_s=_STORE_INTERVAL_MS / 1000,
             on_error=lambda exc: self.report_internal_error("store-write", exc),
         )
         self._processors.append(store)
         tp.add_span_processor(store)
-        reader = PeriodicExportingMetricReader(LocalMetricExporter(metric_sink), export_interval_millis=1000)
+        # Metric points keep the same promise as spans: every 50 ms, so a SIGKILL or a
+        # ray.shutdown() loses at most the last 200 ms of them (it was 1 s; issue #18).
+        reader = PeriodicExportingMetricReader(
+            LocalMetricExporter(metric_sink), export_interval_millis=_STORE_INTERVAL_MS
+        )
         self._local_metric_reader = reader
         return reader
 
@@ -358,13 +368,13 @@ class Telemetry:
             return bool(span_exporter.export(batch) == SpanExportResult.SUCCESS)
 
         otlp = BatchingSpanProcessor(
-            export, name="otlp", interval_s=1.0,
+            export, name="otlp", interval_s=_OTLP_SPAN_INTERVAL_MS / 1000,
             on_error=lambda exc: self.report_internal_error("otlp-export", exc),
             close=span_exporter.shutdown,
         )
         self._processors.append(otlp)
         tp.add_span_processor(otlp)
-        return PeriodicExportingMetricReader(metric_exporter, export_interval_millis=5000)
+        return PeriodicExportingMetricReader(metric_exporter, export_interval_millis=_OTLP_METRIC_INTERVAL_MS)
 
     # -- run-scoped state the helpers share ---------------------------------------------------
     def add_efficiency_seconds(self, category: str, seconds: float) -> None:
@@ -407,6 +417,36 @@ class Telemetry:
     def internal_errors(self) -> Mapping[str, int]:
         """Internal errors per site since setup."""
         return dict(self._internal_errors)
+
+    # -- flush ------------------------------------------------------------------------------
+    def flush(self, timeout_ms: int | None = None) -> bool:
+        """Write every span ended and metric point recorded so far, within ``timeout_ms``.
+
+        The local store gets them first (it is local disk), then the collector gets what is
+        left of the budget (default ``config.shutdown_timeout_ms``). Telemetry stays set up.
+        Call it in an actor before ``ray.kill`` (which runs no exit hook) to keep even the
+        last 200 ms the periodic writes could lose. Returns whether everything was written
+        in time; a runtime that never emitted anything has nothing to write and returns True.
+        """
+        budget_s = (timeout_ms if timeout_ms is not None else self.config.shutdown_timeout_ms) / 1000
+        deadline = time.monotonic() + budget_s
+
+        def left_ms() -> int:
+            return max(0, int((deadline - time.monotonic()) * 1000))
+
+        with self._lock:
+            if not self._materialized or self._shut_down:
+                return True
+            ok = True
+            for proc in sorted(self._processors, key=lambda p: p.name != "store"):
+                ok = proc.force_flush(left_ms()) and ok
+            mp = self._meter_provider
+            assert mp is not None
+            if self._local_metric_reader is not None:
+                reader = self._local_metric_reader
+                ok = _bounded(lambda: bool(reader.force_flush(left_ms())), left_ms() / 1000) and ok
+            # Every other reader (OTLP, a test's in-memory one) with what is left.
+            return _bounded(lambda: _quiet(lambda: mp.force_flush(left_ms())), left_ms() / 1000) and ok
 
     # -- shutdown ---------------------------------------------------------------------------
     def shutdown(self, timeout_ms: int | None = None) -> ShutdownReport:
@@ -658,6 +698,16 @@ def _env_int(env: Mapping[str, str], name: str, default: int) -> int:
 def _env_devices(env: Mapping[str, str] | None = None) -> int | None:
     env = os.environ if env is None else env
     return _env_int(env, ENV_DEVICES, 1) if env.get(ENV_DEVICES) else None
+
+
+def flush_telemetry(timeout_ms: int | None = None) -> bool:
+    """Write what this process recorded so far to the store (and collector); see :meth:`Telemetry.flush`.
+
+    True when everything was written within ``timeout_ms``; True (nothing to do) when
+    telemetry is not set up in this process.
+    """
+    telemetry = _ACTIVE
+    return True if telemetry is None else telemetry.flush(timeout_ms)
 
 
 def shutdown_telemetry(timeout_ms: int | None = None) -> ShutdownReport:

@@ -284,6 +284,38 @@ _KILLED_WRITER = textwrap.dedent(
 def _child_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("RLSIGHT_", "OTEL_"))}
 
+_KILLED_METRIC_WRITER = textwrap.dedent(
+    """
+    import sys, time
+    from rlsight import MetricSpec, TelemetryConfig, record_metrics, register_metric_group, setup_telemetry
+    setup_telemetry(TelemetryConfig(run_id="killed", run_dir=sys.argv[1]))
+    register_metric_group("killed", [MetricSpec("killed.loss", "loss", "gauge", "1", "a loss")])
+    i = 0
+    while True:
+        record_metrics("killed", {"loss": 0.5}, {"rl.step": i})
+        print(i, time.monotonic_ns(), flush=True)
+        i += 1
+        time.sleep(0.002)
+    """
+)
+
+_FLUSHED_THEN_KILLED = textwrap.dedent(
+    """
+    import sys
+    from rlsight import (MetricSpec, TelemetryConfig, flush_telemetry, record_metrics,
+                         register_metric_group, setup_telemetry, span)
+    # Long store intervals cannot be configured, so the kill follows the flush at once: what
+    # is on disk was written by flush_telemetry, not by the periodic writers.
+    setup_telemetry(TelemetryConfig(run_id="flushed", run_dir=sys.argv[1], span_groups=("all",)))
+    register_metric_group("flushed", [MetricSpec("flushed.loss", "loss", "gauge", "1", "a loss")])
+    with span("generation", "rl.test.last"):
+        record_metrics("flushed", {"loss": 0.25}, {"rl.step": 7})
+    print(flush_telemetry(5000), flush=True)
+    import os, signal
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
 
 class TestAcrossProcesses:
     def test_spans_written_by_one_process_are_read_back_by_another(self, run_dir: Path) -> None:
@@ -333,6 +365,42 @@ class TestAcrossProcesses:
         result = read_spans(run_dir)
         assert must_survive <= {s.span_id for s in result.spans}
         assert all(s.reason.startswith("truncated line") for s in result.skipped)
+
+    def test_sigkilled_writer_loses_only_the_last_200_ms_of_metric_points(self, run_dir: Path) -> None:
+        """Issue #18: metric points were written every 1 s, so a SIGKILL lost up to a second."""
+        proc = subprocess.Popen(
+            [sys.executable, "-u", "-c", _KILLED_METRIC_WRITER, str(run_dir)],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=_child_env(),
+        )
+        recorded: list[tuple[int, int]] = []
+        try:
+            assert proc.stdout is not None
+            while len(recorded) < 150:
+                line = proc.stdout.readline()
+                assert line, "writer exited early"
+                step, t_ns = line.split()
+                recorded.append((int(step), int(t_ns)))
+        finally:
+            killed_at = time.monotonic_ns()
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate(timeout=30)
+        assert proc.returncode == -signal.SIGKILL
+        must_survive = {step for step, t in recorded if t <= killed_at - 200_000_000}
+        assert len(must_survive) >= 20, "the writer ran too briefly to test anything"
+        result = read_metrics(run_dir)
+        assert must_survive <= {p.attributes["rl.step"] for p in result.points if p.name == "killed.loss"}
+        assert all(s.reason.startswith("truncated line") for s in result.skipped)
+
+    def test_flush_telemetry_writes_the_last_span_and_point_before_a_kill(self, run_dir: Path) -> None:
+        done = subprocess.run(
+            [sys.executable, "-c", _FLUSHED_THEN_KILLED, str(run_dir)],
+            capture_output=True, text=True, timeout=120, env=_child_env(), check=False,
+        )
+        assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
+        assert done.stdout.split() == ["True"]
+        assert [s.name for s in read_spans(run_dir).spans] == ["rl.test.last"]
+        points = [p for p in read_metrics(run_dir).points if p.name == "flushed.loss"]
+        assert [(p.attributes["rl.step"], p.value) for p in points] == [(7, 0.25)]
 
 
 def test_every_otlp_value_kind_is_read_and_an_empty_value_drops_only_itself(tmp_path: Path) -> None:

@@ -151,6 +151,40 @@ class TestResource:
         monkeypatch.setenv("RLSIGHT_DEVICES", "8")
         assert setup_telemetry(_config(run_dir)).resource_attributes["rl.devices"] == 8
 
+    def test_identity_comes_from_the_environment_like_a_launcher_sets_it(
+        self, run_dir: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Issue #18: every launcher-started process that called setup_telemetry was driver/0/1."""
+        monkeypatch.setenv("RLSIGHT_WORKER_GROUP", "trainer")
+        monkeypatch.setenv("RLSIGHT_RANK", "3")
+        monkeypatch.setenv("RLSIGHT_WORLD_SIZE", "8")
+        attrs = setup_telemetry(_config(run_dir)).resource_attributes
+        assert (attrs["rl.worker_group"], attrs["rl.rank"], attrs["rl.world_size"]) == ("trainer", 3, 8)
+
+    def test_identity_arguments_win_over_the_environment(
+        self, run_dir: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv("RLSIGHT_WORKER_GROUP", "trainer")
+        monkeypatch.setenv("RLSIGHT_RANK", "3")
+        telemetry = setup_telemetry(_config(run_dir), worker_group="driver", rank=0, world_size=2)
+        assert (telemetry.worker_group, telemetry.rank) == ("driver", 0)
+        assert telemetry.resource_attributes["rl.world_size"] == 2
+
+    def test_a_bad_rank_variable_is_a_config_error_naming_it(
+        self, run_dir: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv("RLSIGHT_RANK", "three")
+        with pytest.raises(ConfigError, match="RLSIGHT_RANK='three'"):
+            setup_telemetry(_config(run_dir))
+
+    def test_store_file_names_replace_unsafe_characters(self, run_dir: Path) -> None:
+        """docs/store.md: a worker group "ref policy:v2" writes ref_policy_v2-<rank>-<pid>.jsonl."""
+        setup_telemetry(_config(run_dir), worker_group="ref policy:v2", rank=1)
+        with span("generation", "rl.test.named"):
+            pass
+        shutdown_telemetry()
+        assert [p.name for p in (run_dir / "traces").iterdir()] == [f"ref_policy_v2-1-{os.getpid()}.jsonl"]
+
 
 class TestInitWorker:
     def _worker_env(self, run_dir: Path, **extra: str) -> dict[str, str]:

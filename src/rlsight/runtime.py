@@ -587,9 +587,9 @@ def _shutdown_at_exit() -> None:
 def setup_telemetry(
     config: TelemetryConfig | None = None,
     *,
-    worker_group: str = "driver",
-    rank: int = 0,
-    world_size: int = 1,
+    worker_group: str | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
     resource_attributes: Mapping[str, Any] | None = None,
 ) -> Telemetry:
     """Set up telemetry in the driver (or any process that owns the run) and return it.
@@ -598,11 +598,17 @@ def setup_telemetry(
     the span groups of ``config.span_groups``. Standard ``OTEL_EXPORTER_OTLP_*`` variables
     fill an endpoint or protocol the config leaves unset.
 
+    The identity arguments name this process. Left out, each comes from its ``RLSIGHT_*``
+    variable (``RLSIGHT_WORKER_GROUP``, ``RLSIGHT_RANK``, ``RLSIGHT_WORLD_SIZE``), so every
+    process a torchrun-style launcher starts can call ``setup_telemetry()`` as it is and
+    still be told apart; without the variable the default applies. An argument wins over
+    its variable.
+
     Args:
         config: The run's config; ``None`` reads it from the environment.
-        worker_group: ``rl.worker_group`` of this process.
-        rank: ``rl.rank``.
-        world_size: ``rl.world_size``.
+        worker_group: ``rl.worker_group`` of this process (default ``"driver"``).
+        rank: ``rl.rank`` (default 0).
+        world_size: ``rl.world_size`` (default 1).
         resource_attributes: Extra resource attributes; they win over detected ones.
 
     Raises:
@@ -610,8 +616,14 @@ def setup_telemetry(
         ConfigError: the config cannot be used (bad endpoint protocol extra, unwritable dir).
     """
     config = config.with_env_fallbacks() if config is not None else TelemetryConfig.from_env()
-    identity = _Identity(worker_group, rank, world_size, _env_devices(),
-                         dict(resource_attributes or {}))
+    env = os.environ
+    identity = _Identity(
+        worker_group or env.get(ENV_WORKER_GROUP) or "driver",
+        rank if rank is not None else _env_int(env, ENV_RANK, 0),
+        world_size if world_size is not None else _env_int(env, ENV_WORLD_SIZE, 1),
+        _env_devices(),
+        dict(resource_attributes or {}),
+    )
     telemetry = Telemetry(config, identity, deferred=True)
     if not config.enabled:
         return telemetry

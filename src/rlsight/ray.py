@@ -6,7 +6,7 @@
   ``rl.rank``) without a line of code in the worker.
 * :func:`worker_options` names one actor: ``Policy.options(**worker_options(worker_group=
   "policy", rank=r, world_size=n)).remote()``. Unnamed actors are labelled with their class
-  name, bound on the first decorated call (or at construction, with :func:`traced_actor`).
+  name, bound before the process's first span or metric point, whichever method emits it.
 * :func:`traced_actor` and :func:`traced_handle` wire a whole class and a whole handle, so a
   framework gets one trace without touching every call site.
 
@@ -80,6 +80,8 @@ def _setup_worker() -> None:
         return
     if telemetry is not None and _runtime.ENV_WORKER_GROUP not in os.environ:
         _propagation._first_call_hook = _bind_actor_identity
+        # An undecorated method (or __init__) may emit first: ask Ray then (issue #18).
+        _runtime._before_materialize = _bind_actor_identity_from_ray
 
 
 def _bind_actor_identity(args: tuple[Any, ...]) -> None:
@@ -89,6 +91,28 @@ def _bind_actor_identity(args: tuple[Any, ...]) -> None:
         return  # a task, or a plain function: keep waiting for an actor method
     if _claim_default_identity():
         _bind_default_identity(actor_class.__name__)
+
+
+def _bind_actor_identity_from_ray() -> None:
+    """The process is about to emit its first span or point: name it after its actor's class.
+
+    Ray knows which actor a worker process hosts, whichever method runs; in a task's process
+    there is no actor, and the group stays ``worker``.
+    """
+    if _propagation._first_call_hook is not _bind_actor_identity:
+        return  # already named (a decorated call, traced_actor) or named explicitly
+    try:
+        import ray
+
+        context = ray.get_runtime_context()
+        if context.get_actor_id() is None:
+            return
+        descriptor = context.current_actor._ray_actor_creation_function_descriptor
+        class_name = str(descriptor.class_name).rsplit(".", 1)[-1]
+    except Exception:  # a Ray without these internals: the first decorated call still names it
+        return
+    if class_name and _claim_default_identity():
+        _bind_default_identity(class_name)
 
 
 def _claim_default_identity() -> bool:

@@ -17,7 +17,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -254,6 +254,9 @@ class Telemetry:
                 return
             if self._shut_down:
                 raise TelemetryStateError("rlsight telemetry was shut down in this process")
+            hook = _before_materialize
+            if hook is not None:
+                hook()  # last chance to name the process (rlsight.ray: the actor's class)
             try:
                 self._build_providers()
             except Exception as exc:
@@ -523,6 +526,10 @@ def _quiet(fn: Any) -> bool:
 
 _ACTIVE: Telemetry | None = None
 _ACTIVE_LOCK = threading.Lock()
+#: Called (under the runtime's lock) just before a deferred runtime builds its providers, when
+#: its identity is about to be fixed. rlsight.ray sets it in Ray workers to name an actor after
+#: its class even when an undecorated method emits first. It must not raise.
+_before_materialize: Callable[[], None] | None = None
 _ATEXIT_REGISTERED = False
 
 

@@ -137,6 +137,27 @@ class ThreadedWorker:
 
 
 @ray.remote
+class UndecoratedWorker:
+    """No decorated method at all: its first span comes from a plain method."""
+
+    def work(self) -> dict[str, Any]:
+        with span(RL.TRAINING, "rl.test.undecorated.work"):
+            return _identity()
+
+
+@ray.remote
+class UndecoratedLoader:
+    """No decorator and no worker_options: its first span comes from its constructor."""
+
+    def __init__(self) -> None:
+        with load_model_span("dtensor"):
+            pass
+
+    def identity(self) -> dict[str, Any]:
+        return _identity()
+
+
+@ray.remote
 @accepts_trace_context
 def traced_task(label: str) -> dict[str, Any]:
     with span(RL.REWARD, "rl.test.task", label=label):

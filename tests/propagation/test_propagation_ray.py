@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import ray
-from _ray_actors import AsyncEnv, SyncWorker, ThreadedWorker, traced_task
+from _ray_actors import AsyncEnv, SyncWorker, ThreadedWorker, UndecoratedLoader, UndecoratedWorker, traced_task
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -138,6 +138,29 @@ def test_traced_actor_names_its_process_before_spans_its_init_opens(
 
     (load,) = loaded(wait_for_spans(ray_cluster.run_dir, lambda s: bool(loaded(s))))
     assert load.resource["rl.worker_group"] == "ThreadedWorker"
+
+
+def test_an_actor_whose_first_span_comes_from_an_undecorated_method_or_init_is_named_after_its_class(
+    ray_cluster: RayCluster,
+) -> None:
+    """Issue #18: the actor stayed `worker` for good when no decorated call came first."""
+    worker, loader = UndecoratedWorker.remote(), UndecoratedLoader.remote()  # type: ignore[attr-defined]
+    try:
+        ident, loader_ident = ray.get([worker.work.remote(), loader.identity.remote()])
+        assert (ident["worker_group"], loader_ident["worker_group"]) == (
+            "UndecoratedWorker", "UndecoratedLoader")
+
+        def mine(spans: Sequence[SpanRecord]) -> list[SpanRecord]:
+            return [s for s in spans if s.resource["process.pid"] in (ident["pid"], loader_ident["pid"])]
+
+        found = mine(wait_for_spans(ray_cluster.run_dir, lambda s: len(mine(s)) >= 2))
+        assert sorted((s.name, s.resource["rl.worker_group"]) for s in found) == [
+            ("rl.test.undecorated.work", "UndecoratedWorker"),
+            ("rl.worker.load_model", "UndecoratedLoader"),
+        ]
+    finally:
+        ray.kill(worker)
+        ray.kill(loader)
 
 
 def test_with_telemetry_off_calls_pass_no_extra_keyword(actors: Actors) -> None:

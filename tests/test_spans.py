@@ -69,8 +69,10 @@ class TestGate:
             lambda: startup_span(),
             lambda: load_model_span("vllm"),
             lambda: efficiency_span("idle/barrier"),
+            lambda: setup_span("ray"),
         ],
-        ids=["umbrella_span", "job_span", "step_span", "startup_span", "load_model_span", "efficiency_span"],
+        ids=["umbrella_span", "job_span", "step_span", "startup_span", "load_model_span", "efficiency_span",
+             "setup_span"],
     )
     def test_every_disabled_helper_returns_the_shared_noop(self, make: Any) -> None:
         with capture_telemetry(span_groups=["generation"]) as cap:

@@ -185,6 +185,16 @@ class TestResource:
         shutdown_telemetry()
         assert [p.name for p in (run_dir / "traces").iterdir()] == [f"ref_policy_v2-1-{os.getpid()}.jsonl"]
 
+    def test_the_store_metric_writer_never_ticks_before_its_provider_exists(
+        self, run_dir: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Building the OTLP exporters takes longer than the 50 ms store interval: the SDK
+        warned 'Cannot call collect ... until it is registered' when its own thread ticked."""
+        with caplog.at_level(logging.WARNING):
+            setup_telemetry(_config(run_dir, otlp_endpoint="http://127.0.0.1:9", shutdown_timeout_ms=1000))
+            time.sleep(0.2)
+        assert [r.getMessage() for r in caplog.records if "Cannot call collect" in r.getMessage()] == []
+
 
 class TestInitWorker:
     def _worker_env(self, run_dir: Path, **extra: str) -> dict[str, str]:

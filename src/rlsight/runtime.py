@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import functools
 import logging
+import math
 import os
 import re
 import socket
@@ -147,6 +149,8 @@ class Telemetry:
         self._setup_histogram: Histogram | None = None
         self._processors: list[BatchingSpanProcessor] = []
         self._local_metric_reader: MetricReader | None = None
+        self._metric_writer_stop = threading.Event()
+        self._metric_errors: list[Exception] = []
         self._sinks: list[FileSink] = []
         self.resource_attributes: dict[str, Any] = {}
         if not deferred:
@@ -293,6 +297,8 @@ class Telemetry:
                 tp.add_span_processor(processor)
             readers.extend(self._extra_readers)
             mp = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
+            if self._local_metric_reader is not None:
+                self._start_metric_writer(self._local_metric_reader)
             self._tracer_provider, self._meter_provider = tp, mp
             self._tracer = tp.get_tracer(_SCOPE, __version__)
             self._meter = mp.get_meter(_SCOPE, __version__)
@@ -319,13 +325,30 @@ class Telemetry:
         )
         self._processors.append(store)
         tp.add_span_processor(store)
-        # Metric points keep the same promise as spans: every 50 ms, so a SIGKILL or a
-        # ray.shutdown() loses at most the last 200 ms of them (it was 1 s; issue #18).
+        # Metric points keep the same promise as spans: written every 50 ms, so a SIGKILL or
+        # a ray.shutdown() loses at most the last 200 ms of them (it was 1 s; issue #18). The
+        # reader gets no thread of its own (interval inf): its SDK thread could tick before
+        # the MeterProvider registers it, which the SDK logs as a warning. _start_metric_writer
+        # drives it once the provider exists.
         reader = PeriodicExportingMetricReader(
-            LocalMetricExporter(metric_sink), export_interval_millis=_STORE_INTERVAL_MS
+            LocalMetricExporter(metric_sink), export_interval_millis=math.inf
         )
         self._local_metric_reader = reader
         return reader
+
+    def _start_metric_writer(self, reader: MetricReader) -> None:
+        """Write the store's metric points every ``_STORE_INTERVAL_MS`` until shutdown."""
+
+        def run() -> None:
+            while not self._metric_writer_stop.wait(_STORE_INTERVAL_MS / 1000):
+                try:
+                    reader.collect(timeout_millis=10_000)
+                except Exception as exc:  # the writer thread must outlive one failed write
+                    self._metric_errors.append(exc)
+                    with contextlib.suppress(Exception):  # strict raises: kept for shutdown
+                        self.report_internal_error("store-metrics", exc)
+
+        threading.Thread(target=run, name="rlsight-store-metrics", daemon=True).start()
 
     def _build_otlp(self, tp: TracerProvider) -> MetricReader:
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
@@ -479,6 +502,7 @@ class Telemetry:
                 ordered = sorted(self._processors, key=lambda p: p.name != "store")
                 for proc in ordered:
                     ok = proc.shutdown(left_ms()) and ok
+                self._metric_writer_stop.set()
                 if self._local_metric_reader is not None:
                     reader = self._local_metric_reader
                     ok = _bounded(lambda: bool(reader.force_flush(left_ms())), left_ms() / 1000) and ok
@@ -502,6 +526,7 @@ class Telemetry:
             _log.warning("rlsight: shutdown dropped %d spans (%s); the local store keeps what it "
                          "wrote", report.dropped_total, dict(report.dropped))
         store_errors = [e for p in self._processors if p.name == "store" for e in p.errors]
+        store_errors += self._metric_errors
         if self.config.strict and store_errors:
             # Writing the local store failed on its thread: an rlsight bug a strict run
             # (rlsight's own tests) must see. A collector being down is not one.

@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 import ray
-from _ray_actors import AsyncEnv, SyncWorker, ThreadedWorker, UndecoratedLoader, UndecoratedWorker, traced_task
+from _ray_actors import (
+    AsyncEnv,
+    SyncWorker,
+    ThreadedWorker,
+    UndecoratedLoader,
+    UndecoratedWorker,
+    traced_task,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -82,6 +82,17 @@ def test_editing_a_generated_table_fails(tmp_path: Path) -> None:
     assert "generated block 'configuration' is out of date" in violation.problem
 
 
+def test_check_md_lists_exactly_the_generated_blocks_there_are() -> None:
+    """Issue #18: the page listed 5 blocks when there were 6."""
+    from rlsight.check.tables import GENERATORS
+
+    text = (DOCS / "check.md").read_text(encoding="utf-8")
+    table = text[text.index("| block | content |"):]
+    table = table[: table.index("\n\n")]
+    listed = re.findall(r"^\| `([^`]+)` \|", table, re.MULTILINE)
+    assert sorted(listed) == sorted(GENERATORS)
+
+
 def test_every_code_block_runs_or_says_why_not() -> None:
     unmarked = [
         f"{page}:{line} ({lang})"

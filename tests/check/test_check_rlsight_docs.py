@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -102,6 +103,42 @@ def test_every_code_block_runs_or_says_why_not() -> None:
     ]
     assert unmarked == [], "shell blocks must be preceded by <!-- not run: reason -->"
     assert _RUNNABLE, "found no runnable example: the block matcher is stale"
+
+
+#: Runs blocks given as JSON [[page, line, code], ...] in one namespace, in order. Each block is
+#: compiled with blank lines in front so a traceback names the page's own line.
+_PASTE_IN_ORDER = """
+import json, sys
+namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+for page, line, code in json.loads(sys.stdin.read()):
+    exec(compile("\\n" * line + code, "docs/" + page, "exec"), namespace)
+    print("ran docs/%s:%d" % (page, line), file=sys.stderr, flush=True)
+"""
+#: propagation.md has one runnable block (its own test says so), which starts a Ray instance of
+#: its own: it runs, alone, in its own process there.
+_OWN_PROCESS = {"propagation.md"}
+
+
+def test_the_whole_manual_runs_in_one_interpreter_in_order(tmp_path: Path) -> None:
+    """Issue #18: a user pasting every page's examples, in order, into one Python session.
+
+    Pages in alphabetical order, blocks in page order, one namespace: an example that
+    registers a name an earlier one registered, or leaves state behind, fails here.
+    """
+    blocks = [
+        (page, line, code)
+        for page in PAGES
+        if page not in _OWN_PROCESS
+        for lang, line, code, marked in _blocks(page)
+        if lang == "python" and not marked
+    ]
+    assert len({page for page, _, _ in blocks}) >= 10, "found too few pages: the block matcher is stale"
+    result = subprocess.run(
+        [sys.executable, "-W", "error::DeprecationWarning", "-c", _PASTE_IN_ORDER],
+        input=json.dumps(blocks), cwd=tmp_path, capture_output=True, text=True, timeout=240,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr.count("ran docs/") == len(blocks)
 
 
 @pytest.mark.parametrize("code", _RUNNABLE)

@@ -95,4 +95,7 @@ def run(config: TelemetryConfig) -> ShutdownReport:
     assert Trainer().train([1.0], **kwargs) == 1.0
     seconds: dict[str, float] = telemetry.take_efficiency_seconds()
     assert isinstance(seconds, dict)
+    rlsight.record_inference(0.5, 12, 4, model="m", operation="chat", side="server")
+    flushed: bool = rlsight.flush_telemetry(timeout_ms=500)
+    assert flushed in (True, False)
     return rlsight.shutdown_telemetry(timeout_ms=1000)

@@ -293,6 +293,19 @@ class TestInference:
 
 
 class TestStore:
+    def test_flush_telemetry_writes_the_store_and_keeps_what_a_capture_saw(self, tmp_path: Path) -> None:
+        """flush_telemetry flushes rlsight's own readers only: a test's in-memory reader keeps
+        the points recorded before the flush."""
+        from rlsight import flush_telemetry
+
+        register_metric_group("trainer", [LOSS])
+        with capture_telemetry(run_dir=tmp_path) as cap:
+            tee_step_metrics(3, {"train/loss": 0.5})
+            assert flush_telemetry(2000)
+            on_disk = [p for p in read_metrics(tmp_path).points if p.name == "test.loss"]
+            assert [(p.attributes["rl.step"], p.value) for p in on_disk] == [(3, 0.5)]
+            assert [p.value for p in points(cap, "test.loss")] == [0.5]
+
     def test_store_metric_files_hold_the_teed_points_with_attributes(self, tmp_path: Path) -> None:
         register_metric_group("trainer", [LOSS, SAMPLES])
         with capture_telemetry(run_dir=tmp_path):

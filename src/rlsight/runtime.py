@@ -149,6 +149,7 @@ class Telemetry:
         self._setup_histogram: Histogram | None = None
         self._processors: list[BatchingSpanProcessor] = []
         self._local_metric_reader: MetricReader | None = None
+        self._otlp_metric_reader: MetricReader | None = None
         self._metric_writer_stop = threading.Event()
         self._metric_errors: list[Exception] = []
         self._sinks: list[FileSink] = []
@@ -292,7 +293,8 @@ class Telemetry:
             if self.config.local_store:
                 readers.append(self._build_local_store(tp, stem))
             if self.config.otlp_endpoint:
-                readers.append(self._build_otlp(tp))
+                self._otlp_metric_reader = self._build_otlp(tp)
+                readers.append(self._otlp_metric_reader)
             for processor in self._extra_processors:
                 tp.add_span_processor(processor)
             readers.extend(self._extra_readers)
@@ -466,13 +468,13 @@ class Telemetry:
             ok = True
             for proc in sorted(self._processors, key=lambda p: p.name != "store"):
                 ok = proc.force_flush(left_ms()) and ok
-            mp = self._meter_provider
-            assert mp is not None
-            if self._local_metric_reader is not None:
-                reader = self._local_metric_reader
-                ok = _bounded(lambda: bool(reader.force_flush(left_ms())), left_ms() / 1000) and ok
-            # Every other reader (OTLP, a test's in-memory one) with what is left.
-            return _bounded(lambda: _quiet(lambda: mp.force_flush(left_ms())), left_ms() / 1000) and ok
+            # rlsight's own readers only: flushing a caller's reader (the in-memory one of
+            # rlsight.testing) would hand its points to a collection nobody reads.
+            for reader in (self._local_metric_reader, self._otlp_metric_reader):
+                if reader is not None:
+                    flush = functools.partial(_flush_reader, reader, left_ms())
+                    ok = _bounded(flush, left_ms() / 1000) and ok
+            return ok
 
     # -- shutdown ---------------------------------------------------------------------------
     def shutdown(self, timeout_ms: int | None = None) -> ShutdownReport:
@@ -542,6 +544,10 @@ class Telemetry:
 
 def _flush(processor: SpanProcessor, timeout_ms: int) -> bool:
     return bool(processor.force_flush(timeout_ms))
+
+
+def _flush_reader(reader: MetricReader, timeout_ms: int) -> bool:
+    return bool(reader.force_flush(timeout_ms))
 
 
 def _quiet(fn: Any) -> bool:

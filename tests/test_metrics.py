@@ -304,7 +304,8 @@ class TestStore:
             assert flush_telemetry(2000)
             on_disk = [p for p in read_metrics(tmp_path).points if p.name == "test.loss"]
             assert [(p.attributes["rl.step"], p.value) for p in on_disk] == [(3, 0.5)]
-            assert [p.value for p in points(cap, "test.loss")] == [0.5]
+            tee_step_metrics(4, {"train/loss": 0.25})
+            assert [p.value for p in points(cap, "test.loss")] == [0.5, 0.25]
 
     def test_store_metric_files_hold_the_teed_points_with_attributes(self, tmp_path: Path) -> None:
         register_metric_group("trainer", [LOSS, SAMPLES])

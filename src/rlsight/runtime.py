@@ -259,10 +259,10 @@ class Telemetry:
                 return
             if self._shut_down:
                 raise TelemetryStateError("rlsight telemetry was shut down in this process")
-            hook = _before_materialize
-            if hook is not None:
-                hook()  # last chance to name the process (rlsight.ray: the actor's class)
             try:
+                hook = _before_materialize
+                if hook is not None:
+                    hook()  # last chance to name the process (rlsight.ray: the actor's class)
                 self._build_providers()
             except Exception as exc:
                 # A worker whose telemetry cannot start (unwritable run_dir, missing exporter)

@@ -153,6 +153,8 @@ class Telemetry:
         self._metric_writer_stop = threading.Event()
         self._metric_errors: list[Exception] = []
         self._sinks: list[FileSink] = []
+        self._starts: BatchingSpanProcessor | None = None
+        self._starts_sink: FileSink | None = None
         self.resource_attributes: dict[str, Any] = {}
         if not deferred:
             self._materialize()
@@ -327,6 +329,7 @@ class Telemetry:
         )
         self._processors.append(store)
         tp.add_span_processor(store)
+        self._build_start_records(tp, run_dir / "live" / f"{stem}.jsonl")
         # Metric points keep the same promise as spans: written every 50 ms, so a SIGKILL or
         # a ray.shutdown() loses at most the last 200 ms of them (it was 1 s; issue #18). The
         # reader gets no thread of its own (interval inf): its SDK thread could tick before
@@ -351,6 +354,22 @@ class Telemetry:
                         self.report_internal_error("store-metrics", exc)
 
         threading.Thread(target=run, name="rlsight-store-metrics", daemon=True).start()
+
+    def _build_start_records(self, tp: TracerProvider, path: Path) -> None:
+        """Start records of long-lived spans (``rlsight watch``, the report's post-mortem)."""
+        from rlsight.store._live import process_line
+        from rlsight.store._sink import FileSink
+        from rlsight.store._start_writer import StartRecordProcessor, start_writer
+
+        sink = FileSink(path)
+        sink.write(process_line(self.resource_attributes))
+        self._sinks.append(sink)
+        self._starts_sink = sink
+        self._starts = BatchingSpanProcessor(
+            start_writer(sink), name="live", interval_s=_STORE_INTERVAL_MS / 1000,
+            on_error=lambda exc: self.report_internal_error("store-live", exc),
+        )
+        tp.add_span_processor(StartRecordProcessor(self._starts))
 
     def _build_otlp(self, tp: TracerProvider) -> MetricReader:
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
@@ -504,6 +523,7 @@ class Telemetry:
                 ordered = sorted(self._processors, key=lambda p: p.name != "store")
                 for proc in ordered:
                     ok = proc.shutdown(left_ms()) and ok
+                ok = self._close_start_records(left_ms()) and ok
                 self._metric_writer_stop.set()
                 if self._local_metric_reader is not None:
                     reader = self._local_metric_reader
@@ -534,6 +554,20 @@ class Telemetry:
             # (rlsight's own tests) must see. A collector being down is not one.
             raise store_errors[0]
         return report
+
+    def _close_start_records(self, timeout_ms: int) -> bool:
+        """Flush start records, then mark this process's clean shutdown in its live file."""
+        if self._starts is None or self._starts_sink is None:
+            return True
+        from rlsight.store._live import shutdown_line
+
+        done = self._starts.shutdown(timeout_ms)
+        try:
+            self._starts_sink.write(shutdown_line())
+        except OSError as exc:
+            self.report_internal_error("store-live", exc)
+            return False
+        return done
 
     def __enter__(self) -> Telemetry:
         return self

@@ -1,0 +1,157 @@
+"""Start records: what each process has open right now, written while the span is still open.
+
+A span reaches ``traces/`` only when it ends, so the one span that matters in a hang (the one
+that never ended) is invisible there. For spans of long-lived kinds (:data:`LIVE_GROUPS`,
+umbrella groups, or any span opened with ``live=True``) the store also writes a small start
+record to ``<run_dir>/live/<group>-<rank>-<pid>.jsonl``; the finished span in ``traces/``
+supersedes it by span id. Per-prompt spans never get one, so the cost stays per step.
+
+Each file holds JSON lines of three kinds (``"record"``):
+
+- ``process``: the first line; the process's resource attributes and when it opened the store.
+- ``start``: one span that started: ids, name, group, start time, thread.
+- ``shutdown``: the process shut its telemetry down cleanly. A file without one belongs to a
+  process that was killed, crashed, or exited without ``shutdown_telemetry``.
+
+Writing goes through the store's own batching processor and sink (every 50 ms, one
+``os.write`` per batch); a start record whose span has already ended when the batch is written
+is left out, since its finished span says more.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from rlsight.groups import RL
+from rlsight.store._reader import _lines, _store_files
+from rlsight.store._schema import AttributeValue, SkippedRecord
+
+__all__ = [
+    "LIVE_FOLDER",
+    "LIVE_GROUPS",
+    "LiveProcess",
+    "LiveReadResult",
+    "StartRecord",
+    "process_line",
+    "read_live",
+    "shutdown_line",
+]
+
+#: The folder of start records inside a run folder.
+LIVE_FOLDER: Final = "live"
+
+#: Groups whose spans get a start record (besides umbrella groups and ``live=True`` spans):
+#: the work a run can hang in. Per-prompt and engine spans never do.
+LIVE_GROUPS: Final = frozenset({
+    RL.JOB, RL.STEP, RL.STARTUP, RL.SETUP, RL.ROLLOUT, RL.TRAINING, RL.REFIT, RL.CHECKPOINT,
+    RL.VALIDATION, RL.GENERATION, RL.DATA_PLANE, RL.EFFICIENCY,
+})
+NEVER_LIVE: Final = frozenset({RL.PER_PROMPT, RL.ENGINE})
+
+
+def process_line(resource: Mapping[str, Any]) -> bytes:
+    """The first line of a live file: who this process is."""
+    return _line({"record": "process", "timeUnixNano": str(time.time_ns()),
+                  "resource": {k: v if isinstance(v, (str, bool, int, float)) else str(v)
+                               for k, v in resource.items()}})
+
+
+def shutdown_line() -> bytes:
+    """The last line of a cleanly shut down process."""
+    return _line({"record": "shutdown", "timeUnixNano": str(time.time_ns())})
+
+
+def _line(record: Mapping[str, Any]) -> bytes:
+    return (json.dumps(record, separators=(",", ":")) + "\n").encode()
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class StartRecord:
+    """A span that started, as its start record says (it may have ended since)."""
+
+    process: str
+    """``service.instance.id`` of the process that started it."""
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    name: str
+    group: str | None
+    start_ns: int
+    thread_id: int
+    step: int | None = None
+
+
+@dataclass(slots=True)
+class LiveProcess:
+    """One process that opened the store: who it is and whether it shut down cleanly."""
+
+    process: str
+    resource: Mapping[str, AttributeValue]
+    opened_ns: int
+    shutdown_ns: int | None = None
+    file: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LiveReadResult:
+    """Every start record and process of a run, plus the lines that could not be read."""
+
+    processes: dict[str, LiveProcess] = field(default_factory=dict)
+    starts: list[StartRecord] = field(default_factory=list)
+    skipped: list[SkippedRecord] = field(default_factory=list)
+
+
+def _process_key(resource: Mapping[str, Any]) -> str:
+    key = resource.get("service.instance.id")
+    if key is not None:
+        return str(key)
+    return "/".join(str(resource.get(k, "?")) for k in ("host.name", "service.name", "process.pid"))
+
+
+def read_live(run_dir: Path | str) -> LiveReadResult:
+    """Every start record in ``<run_dir>/live/*.jsonl`` (none for a run written before them).
+
+    A line that is not JSON or not a start record is skipped and reported with ``file:line``;
+    the rest of the file is kept.
+
+    Raises:
+        StoreError: ``run_dir`` does not exist.
+    """
+    result = LiveReadResult()
+    for path in _store_files(Path(run_dir), LIVE_FOLDER):
+        current: LiveProcess | None = None
+        for lineno, record in _lines(path, result.skipped):
+            try:
+                kind = record["record"]
+                if kind == "process":
+                    resource = dict(record["resource"])
+                    current = LiveProcess(_process_key(resource), resource,
+                                          int(record["timeUnixNano"]), file=str(path))
+                    result.processes[current.process] = current
+                elif current is None:
+                    raise ValueError("record before the file's process line")
+                elif kind == "start":
+                    step = record.get("step")
+                    result.starts.append(StartRecord(
+                        process=current.process, trace_id=str(record["traceId"]),
+                        span_id=str(record["spanId"]),
+                        parent_span_id=record.get("parentSpanId") or None,
+                        name=str(record["name"]), group=record.get("group"),
+                        start_ns=int(record["startTimeUnixNano"]),
+                        thread_id=int(record.get("threadId") or 0),
+                        step=step if isinstance(step, int) else None,
+                    ))
+                elif kind == "shutdown":
+                    current.shutdown_ns = int(record["timeUnixNano"])
+                else:
+                    raise ValueError(f"unknown record kind {kind!r}")
+            except (KeyError, TypeError, ValueError) as exc:
+                result.skipped.append(SkippedRecord(str(path), lineno, f"not a start record ({exc!r})"))
+    return result

@@ -1,0 +1,97 @@
+"""Writing start records: a span processor that queues live spans when they start.
+
+The format and the reader are in :mod:`rlsight.store._live`; this module needs the SDK, the
+reader must not (``rlsight report`` and ``rlsight watch`` import no SDK).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry.sdk.trace import SpanProcessor
+
+from rlsight.groups import _GATE
+from rlsight.store._live import LIVE_GROUPS, NEVER_LIVE
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.sdk.trace import ReadableSpan, Span
+
+    from rlsight._batching import BatchingSpanProcessor
+    from rlsight.store._sink import Sink
+
+__all__ = ["StartRecordProcessor", "start_writer"]
+
+
+def _is_live(span: Span) -> bool:
+    attrs = span.attributes
+    if attrs is None:
+        return False
+    group = attrs.get("rl.span_group")
+    if group in LIVE_GROUPS:
+        return True
+    if group in NEVER_LIVE:
+        return False
+    if attrs.get("rl.live") is True:
+        return True
+    meta = _GATE.groups.get(group) if isinstance(group, str) else None
+    return meta is not None and meta.umbrella
+
+
+class StartRecordProcessor(SpanProcessor):
+    """Hands each live span to the store's batching processor when it *starts*.
+
+    The batching processor queues whatever it is given and writes it on its own thread, so
+    the caller pays one attribute check and one queue append; encoding happens off the path.
+    """
+
+    def __init__(self, batcher: BatchingSpanProcessor) -> None:
+        self._batcher = batcher
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        if _is_live(span):
+            self._batcher.on_end(span)  # type: ignore[arg-type]  # queued now, encoded later
+
+    def on_end(self, span: ReadableSpan) -> None:
+        return None
+
+    def shutdown(self) -> None:
+        return None  # the runtime shuts the batcher down on its own deadline
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return True
+
+
+def _start(span: ReadableSpan) -> dict[str, Any]:
+    ctx = span.context
+    assert ctx is not None
+    attrs = span.attributes or {}
+    out: dict[str, Any] = {
+        "record": "start",
+        "traceId": format(ctx.trace_id, "032x"),
+        "spanId": format(ctx.span_id, "016x"),
+        "name": span.name,
+        "group": attrs.get("rl.span_group"),
+        "startTimeUnixNano": str(span.start_time or 0),
+        "threadId": attrs.get("thread.id"),
+    }
+    if span.parent is not None:
+        out["parentSpanId"] = format(span.parent.span_id, "016x")
+    step = attrs.get("rl.step")
+    if isinstance(step, int):
+        out["step"] = step
+    return out
+
+
+def start_writer(sink: Sink) -> Callable[[Sequence[ReadableSpan]], bool]:
+    """An export function for the batching processor: start records of spans still open."""
+
+    def export(batch: Sequence[ReadableSpan]) -> bool:
+        lines = [json.dumps(_start(s), separators=(",", ":")) for s in batch if s.end_time is None]
+        if lines:
+            sink.write(("\n".join(lines) + "\n").encode())
+        return True
+
+    return export

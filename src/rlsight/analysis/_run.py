@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -22,6 +23,7 @@ from rlsight.analysis.goodput import (
     step_summary,
 )
 from rlsight.analysis.hotspots import top_spans
+from rlsight.analysis.live import post_mortem
 from rlsight.analysis.model import RunReport, RunSummary, StepRollup
 from rlsight.analysis.startup import startup
 from rlsight.analysis.stragglers import DEFAULT_K, stragglers
@@ -30,6 +32,7 @@ from rlsight.analysis.wasted import wasted
 from rlsight.errors import StoreError
 from rlsight.store import MetricPoint, SkippedRecord, SpanRecord, read_manifest, read_metrics
 from rlsight.store._columnar import SpanColumns, read_span_columns, span_columns_from_records
+from rlsight.store._live import read_live
 
 __all__ = ["analyze_columns", "analyze_run", "analyze_spans", "per_step_catalog"]
 
@@ -171,7 +174,9 @@ def analyze_run(
     k: float = DEFAULT_K,
     progress: Callable[[int, int], None] | None = None,
 ) -> RunReport:
-    """Read ``run_dir`` (spans, metrics, manifest) and analyse it.
+    """Read ``run_dir`` (spans, start records, metrics, manifest) and analyse it.
+
+    The report's ``postmortem`` lists the spans that started and never ended, per process.
 
     Raises:
         StoreError: ``run_dir`` does not exist or holds no readable span.
@@ -184,7 +189,9 @@ def analyze_run(
             "record(s)); is this a run folder, and did the run enable telemetry?"
         )
     metrics = read_metrics(run_dir)
-    return analyze_columns(
-        cols, skipped=[*skipped, *metrics.skipped], files=files,
+    live = read_live(run_dir)
+    report = analyze_columns(
+        cols, skipped=[*skipped, *metrics.skipped, *live.skipped], files=files,
         manifest=read_manifest(run_dir), metrics=metrics.points, k=k,
     )
+    return dataclasses.replace(report, postmortem=post_mortem(cols, live))

@@ -32,7 +32,10 @@ __all__ = [
     "InsufficientEvidence",
     "LoadModel",
     "LoadModelGroup",
+    "OpenSpan",
     "PhaseTotal",
+    "PostMortem",
+    "ProcessState",
     "RankUsage",
     "RunReport",
     "RunSummary",
@@ -373,6 +376,66 @@ class Engine:
 
 
 @dataclass(frozen=True, slots=True)
+class OpenSpan:
+    """A span that started (its start record is in the store) and has not ended (yet)."""
+
+    name: str
+    group: str | None
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    thread: int
+    start_unix_ns: int
+    age_ns: int
+    """From its start to the moment of the view (now, or the last record of a dead run)."""
+    chain: list[str]
+    """Names of its open ancestors, outermost first (``rl.job``, ``rl.step 118``...)."""
+    step: int | None
+    median_ns: float | None
+    """Median duration of finished spans of the same name; ``None`` when none finished."""
+    threshold_ns: float
+    """Age beyond which it counts as stalled (see docs/live.md)."""
+    stalled: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessState:
+    """One process of the run: what it has open, whether it shut down cleanly, its last span."""
+
+    process: str
+    """``service.instance.id``."""
+    worker_group: str
+    rank: int
+    pid: int | None
+    host: str | None
+    clean_shutdown: bool
+    """The process called ``shutdown_telemetry`` (or exited normally with telemetry set up)."""
+    open: list[OpenSpan]
+    """Spans it started and never ended, in start order."""
+    innermost: OpenSpan | None
+    """The open span it is in right now: a stalled one first, else the latest started."""
+    stalled: bool
+    last_span: str | None
+    """Name of the last span it finished."""
+    last_end_unix_ns: int | None
+    stack: str | None = None
+    """Its Python stack from ``py-spy dump`` (``rlsight watch --stacks``), else ``None``."""
+
+
+@dataclass(frozen=True, slots=True)
+class PostMortem:
+    """What the run left open: processes without a clean shutdown and spans never ended."""
+
+    as_of_unix_ns: int
+    """The last moment the store saw (ages are measured to it)."""
+    open_spans: int
+    processes: list[ProcessState]
+    """Processes with an open span or without a clean shutdown, open ones first."""
+    unclean: int
+    """Processes that wrote no clean-shutdown record (killed, crashed, or never shut down)."""
+
+
+@dataclass(frozen=True, slots=True)
 class RunSummary:
     """The whole run in one line: wall, steps, goodput and where the numbers came from."""
 
@@ -412,6 +475,8 @@ class RunReport:
     top_spans: list[SpanStat]
     engine: Engine | None
     notes: list[str] = field(default_factory=list)
+    postmortem: PostMortem | None = None
+    """``None`` for a run written before start records existed (no ``live/`` folder)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` document: this report as plain dicts, with ``schema_version``."""

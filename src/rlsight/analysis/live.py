@@ -1,0 +1,248 @@
+"""What every process is doing: open spans from start records, stalls, the post-mortem.
+
+A start record whose span id has no finished span in ``traces/`` is *open*. Per process, the
+open spans that no other open span descends from are where it is right now; one of them is
+*stalled* when its age exceeds both a floor (``min_age``) and ``k`` times the median duration
+of finished spans of the same name. A span with no finished peer has no median; it is judged
+against ``k`` times the floor, so a long first step is not called a stall after the floor
+alone. ``rl.job`` (open for the whole run) is never stalled.
+
+``rlsight watch`` measures ages to now; the report's post-mortem measures them to the last
+moment the store saw, so a dead run reads the same tomorrow as it did when it died.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+from rlsight.analysis.model import SCHEMA_VERSION, OpenSpan, PostMortem, ProcessState
+from rlsight.store._columnar import SpanColumns, read_span_columns
+from rlsight.store._live import LiveReadResult, StartRecord, read_live
+from rlsight.store._schema import AttributeValue
+
+__all__ = [
+    "DEFAULT_MIN_AGE_S",
+    "DEFAULT_STALL_K",
+    "WatchSnapshot",
+    "post_mortem",
+    "process_states",
+    "watch_snapshot",
+]
+
+#: A span is stalled beyond this many times its name's median duration...
+DEFAULT_STALL_K: Final = 5.0
+#: ...and beyond this floor (seconds): shorter waits are normal in real runs (a refit, a
+#: checkpoint, a slow batch), and alerting on them pages people for nothing.
+DEFAULT_MIN_AGE_S: Final = 300.0
+_JOB: Final = "rl.job"
+_STEP: Final = "rl.step"
+
+
+def _hex(span_id: str) -> int:
+    try:
+        return int(span_id or "0", 16) & 0xFFFF_FFFF_FFFF_FFFF
+    except ValueError:
+        return -1
+
+
+def _medians(cols: SpanColumns, names: set[str]) -> dict[str, float]:
+    """Median finished duration of each of ``names`` (only those with a finished span)."""
+    index = {n: i for i, n in enumerate(cols.names) if n in names}
+    if not index or not len(cols):
+        return {}
+    durations = np.maximum(cols.end - cols.start, 0)
+    out: dict[str, float] = {}
+    for name, i in index.items():
+        mask = cols.name == i
+        if mask.any():
+            out[name] = float(np.median(durations[mask]))
+    return out
+
+
+def _last_spans(cols: SpanColumns) -> dict[str, tuple[str, int]]:
+    """Per process key: the name and end of the span it finished last."""
+    if not len(cols):
+        return {}
+    order = np.lexsort((cols.end, cols.process))
+    proc = cols.process[order]
+    last = order[np.r_[proc[1:] != proc[:-1], True]]
+    return {cols.process_keys[int(cols.process[i])]: (cols.names[int(cols.name[i])], int(cols.end[i]))
+            for i in last}
+
+
+def _int(value: AttributeValue | None) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _label(start: StartRecord) -> str:
+    return f"{start.name} {start.step}" if start.step is not None and start.name == _STEP else start.name
+
+
+def process_states(
+    cols: SpanColumns,
+    live: LiveReadResult,
+    *,
+    now_ns: int,
+    k: float = DEFAULT_STALL_K,
+    min_age_s: float = DEFAULT_MIN_AGE_S,
+) -> list[ProcessState]:
+    """Every process the store knows of, with its open spans judged against ``now_ns``.
+
+    Args:
+        cols: The run's finished spans.
+        live: Its start records.
+        now_ns: The moment ages are measured to.
+        k: Stall threshold in multiples of a span name's median duration.
+        min_age_s: Stall floor in seconds.
+    """
+    finished = set(cols.span_id.tolist())
+    open_starts = [s for s in live.starts if _hex(s.span_id) not in finished]
+    by_id = {s.span_id: s for s in live.starts}
+    parents = {s.parent_span_id for s in open_starts if s.parent_span_id}
+    medians = _medians(cols, {s.name for s in open_starts})
+    floor_ns = min_age_s * 1e9
+    resources: dict[str, Mapping[str, AttributeValue]] = {
+        key: res for key, res in zip(cols.process_keys, cols.resources, strict=True)}
+    for key, proc in live.processes.items():
+        resources[key] = proc.resource
+    per_process: dict[str, list[OpenSpan]] = {}
+    leaves: dict[str, list[OpenSpan]] = {}
+    for s in sorted(open_starts, key=lambda s: s.start_ns):
+        chain: list[str] = []
+        seen = {s.span_id}
+        parent = by_id.get(s.parent_span_id or "")
+        while parent is not None and parent.span_id not in seen:
+            seen.add(parent.span_id)
+            chain.append(_label(parent))
+            parent = by_id.get(parent.parent_span_id or "")
+        median = medians.get(s.name)
+        threshold = max(floor_ns, k * median) if median is not None else k * floor_ns
+        age = max(0, now_ns - s.start_ns)
+        is_leaf = s.span_id not in parents
+        item = OpenSpan(
+            name=s.name, group=s.group, trace_id=s.trace_id, span_id=s.span_id,
+            parent_span_id=s.parent_span_id, thread=s.thread_id, start_unix_ns=s.start_ns,
+            age_ns=age, chain=chain[::-1], step=s.step, median_ns=median, threshold_ns=threshold,
+            stalled=is_leaf and s.name != _JOB and age > threshold,
+        )
+        per_process.setdefault(s.process, []).append(item)
+        if is_leaf:
+            leaves.setdefault(s.process, []).append(item)
+    last = _last_spans(cols)
+    states = []
+    for key in sorted(set(resources) | set(per_process)):
+        res = resources.get(key, {})
+        spans = per_process.get(key, [])
+        stalled = [o for o in leaves.get(key, []) if o.stalled]
+        here = leaves.get(key, [])
+        innermost = max(stalled, key=lambda o: o.age_ns) if stalled else (here[-1] if here else None)
+        proc = live.processes.get(key)
+        last_name, last_end = last.get(key, (None, None))
+        states.append(ProcessState(
+            process=key, worker_group=str(res.get("rl.worker_group", "?")),
+            rank=_int(res.get("rl.rank")) or 0, pid=_int(res.get("process.pid")),
+            host=str(res["host.name"]) if "host.name" in res else None,
+            clean_shutdown=proc is not None and proc.shutdown_ns is not None,
+            open=spans, innermost=innermost, stalled=bool(stalled),
+            last_span=last_name, last_end_unix_ns=last_end,
+        ))
+    return states
+
+
+def _store_end(cols: SpanColumns, live: LiveReadResult) -> int:
+    """The last moment the store saw: a span end, a start record or a shutdown."""
+    times = [int(cols.end.max())] if len(cols) else []
+    times += [s.start_ns for s in live.starts]
+    times += [p.shutdown_ns or p.opened_ns for p in live.processes.values()]
+    return max(times, default=0)
+
+
+def post_mortem(cols: SpanColumns, live: LiveReadResult) -> PostMortem | None:
+    """The report's post-mortem; ``None`` when the run wrote no start records."""
+    if not live.processes:
+        return None
+    as_of = _store_end(cols, live)
+    states = process_states(cols, live, now_ns=as_of)
+    # Only processes that wrote a live file can be judged for a clean shutdown.
+    kept = [p for p in states if p.open or (p.process in live.processes and not p.clean_shutdown)]
+    kept.sort(key=lambda p: (not p.open, p.worker_group, p.rank, p.process))
+    return PostMortem(
+        as_of_unix_ns=as_of,
+        open_spans=sum(len(p.open) for p in states),
+        processes=kept,
+        unclean=sum(1 for p in live.processes.values() if p.shutdown_ns is None),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class WatchSnapshot:
+    """One refresh of ``rlsight watch``: progress so far and what every process has open."""
+
+    run_dir: str
+    run_id: str | None
+    now_unix_ns: int
+    steps: int
+    """Finished ``rl.step`` spans."""
+    last_step: int | None
+    """``rl.step`` number of the latest step that started (finished or open)."""
+    median_step_ns: float | None
+    last_step_end_unix_ns: int | None
+    goodput_pct: float | None
+    """Goodput of what has finished so far; ``None`` before the first span ends."""
+    stalled: bool
+    processes: list[ProcessState]
+    k: float
+    min_age_s: float
+    skipped: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` document (schema in docs/live.md)."""
+        return {"schema_version": SCHEMA_VERSION, **dataclasses.asdict(self)}
+
+
+def watch_snapshot(
+    run_dir: Path | str,
+    *,
+    now_ns: int | None = None,
+    k: float = DEFAULT_STALL_K,
+    min_age_s: float = DEFAULT_MIN_AGE_S,
+) -> WatchSnapshot:
+    """Read ``run_dir`` once and say what every process is doing.
+
+    Raises:
+        StoreError: ``run_dir`` does not exist.
+    """
+    from rlsight.analysis._run import analyze_columns
+    from rlsight.store import read_manifest
+
+    cols, skipped, _ = read_span_columns(run_dir, workers=1)
+    live = read_live(run_dir)
+    now = time.time_ns() if now_ns is None else now_ns
+    states = process_states(cols, live, now_ns=now, k=k, min_age_s=min_age_s)
+    manifest = read_manifest(run_dir) or {}
+    step_index = cols.names.index(_STEP) if _STEP in cols.names else -1
+    step_mask = cols.name == step_index
+    step_numbers = [int(n) for n in cols.step_no[step_mask]]
+    step_numbers += [s.step for s in live.starts if s.name == _STEP and s.step is not None]
+    durations = (cols.end - cols.start)[step_mask]
+    goodput = None
+    if len(cols):
+        try:
+            goodput = analyze_columns(cols, manifest=manifest, per_step={}).summary.goodput_pct
+        except ValueError:
+            goodput = None
+    return WatchSnapshot(
+        run_dir=str(run_dir), run_id=manifest.get("run_id"), now_unix_ns=now,
+        steps=int(step_mask.sum()), last_step=max(step_numbers, default=None),
+        median_step_ns=float(np.median(durations)) if len(durations) else None,
+        last_step_end_unix_ns=int(cols.end[step_mask].max()) if step_mask.any() else None,
+        goodput_pct=goodput, stalled=any(p.stalled for p in states), processes=states,
+        k=k, min_age_s=min_age_s, skipped=len(skipped) + len(live.skipped),
+    )

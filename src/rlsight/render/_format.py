@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from rlsight.analysis.model import Engine, RunReport
+from rlsight.analysis.model import Engine, OpenSpan, PostMortem, ProcessState, RunReport
 
 __all__ = [
     "clock",
     "count",
     "engine_outcomes",
+    "open_span_text",
     "pct",
+    "postmortem_rows",
+    "postmortem_summary",
     "secs",
     "span_label",
     "startup_line",
@@ -132,3 +135,40 @@ def volume_lines(report: RunReport) -> list[str]:
                        f"(r={g.correlation:.2f}); emit them under per_prompt_scope()")
     return out
 
+
+
+def open_span_text(o: OpenSpan) -> str:
+    """``rl.refit.push open 14m01s (median 1.1s) < rl.step 118 < rl.job``."""
+    median = f", median {clock(o.median_ns)}" if o.median_ns is not None else ""
+    chain = "".join(f" < {name}" for name in reversed(o.chain))
+    return f"{span_label(o.name)} open {clock(o.age_ns)}{median}{chain}"
+
+
+def postmortem_summary(pm: PostMortem | None) -> str:
+    """The ``open at end`` line: what the run left open."""
+    if pm is None:
+        return "not recorded (no start records in this run folder)"
+    if not pm.open_spans and not pm.unclean:
+        return "none"
+    ranks = sum(1 for p in pm.processes if p.open)
+    return (f"{pm.open_spans} span(s) never ended on {ranks} process(es); "
+            f"{pm.unclean} process(es) without a clean shutdown")
+
+
+def postmortem_rows(pm: PostMortem) -> list[tuple[ProcessState, str, str]]:
+    """Per listed process: (state, how it ended, what it was doing last)."""
+    rows = []
+    for p in pm.processes:
+        ended = "clean shutdown" if p.clean_shutdown else "no clean shutdown"
+        if p.innermost is not None:
+            doing = "in " + open_span_text(p.innermost)
+            others = len(p.open) - 1 - len(p.innermost.chain)
+            if others > 0:
+                doing += f" (+{others} more open)"
+        elif p.last_span is not None and p.last_end_unix_ns is not None:
+            ago = clock(max(0, pm.as_of_unix_ns - p.last_end_unix_ns))
+            doing = f"nothing open; last finished {span_label(p.last_span)} {ago} before the end"
+        else:
+            doing = "nothing open, no span finished"
+        rows.append((p, ended, doing))
+    return rows

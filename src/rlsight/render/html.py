@@ -22,6 +22,8 @@ from rlsight.render._format import (
     count,
     engine_outcomes,
     pct,
+    postmortem_rows,
+    postmortem_summary,
     secs,
     span_label,
     startup_line,
@@ -268,6 +270,21 @@ def _sections(report: RunReport) -> list[str]:
                         g.spans, g.outside_steps, count(sorted(g.per_step)[len(g.per_step) // 2])
                         if g.per_step else "-", {True: "yes", False: "no", None: "?"}[g.scales_with_prompts],
                         "YES" if g.flagged else ""] for g in report.volume.groups]))
+    out.append("<h2>Open at end</h2>")
+    pm = report.postmortem
+    summary = postmortem_summary(pm)
+    out.append(f'<p class="{"muted" if summary == "none" or pm is None else "bad"}">{_e(summary)}</p>')
+    if pm is not None and pm.processes:
+        out.append(_table(["process", "pid", "ended", "doing last"],
+                          [[f"{p.worker_group}/{p.rank}", p.pid if p.pid is not None else "?", ended, doing]
+                           for p, ended, doing in postmortem_rows(pm)[:MAX_TABLE_ROWS]],
+                          css="warn"))
+        opened = [(p, o) for p in pm.processes for o in p.open]
+        if opened:
+            out.append(_table(["process", "span never ended", "group", "open for", "step", "parents"],
+                              [[f"{p.worker_group}/{p.rank}", o.name, o.group or "", clock(o.age_ns),
+                                "" if o.step is None else o.step, " < ".join(reversed(o.chain))]
+                               for p, o in opened[:MAX_TABLE_ROWS]]))
     if s.skipped_examples or report.notes:
         out.append("<h2>Notes</h2>")
         out.append("".join(f'<p class="warn">skipped {_e(x)}</p>' for x in s.skipped_examples))

@@ -14,6 +14,8 @@ from rlsight.render._format import (
     count,
     engine_outcomes,
     pct,
+    postmortem_rows,
+    postmortem_summary,
     secs,
     span_label,
     startup_line,
@@ -132,6 +134,16 @@ def render_report(report: RunReport, console: Console) -> None:
         top = report.wasted.by_name[0] if report.wasted.by_name else None
         line(f"wasted       {secs(wasted)}s of wasted work on all ranks"
              + (f" (most: {top.name} {secs(top.total_ns)}s)" if top else ""))
+    pm = report.postmortem
+    summary = postmortem_summary(pm)
+    line(f"open at end  {summary}", None if summary == "none" or pm is None else "red")
+    if pm is not None:
+        rows = postmortem_rows(pm)
+        for p, ended, doing in rows[:MAX_FINDINGS]:
+            line(f"             {p.worker_group}/{p.rank} (pid {p.pid}, {ended}): {doing}",
+                 "red" if p.open else "yellow")
+        if len(rows) > MAX_FINDINGS:
+            line(f"             ... {len(rows) - MAX_FINDINGS} more process(es) (see --json or --html)")
     sm = report.summary
     line(f"read         {count(sm.spans)} spans, {sm.processes} processes, {sm.files} files; "
          f"{sm.skipped} record(s) skipped", "yellow" if sm.skipped else None)

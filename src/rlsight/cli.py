@@ -15,6 +15,7 @@ from typing import Final
 #: Subcommand name -> module. Order is the order ``--help`` lists them in.
 _COMMANDS: Final = {
     "report": "rlsight.commands.report",
+    "watch": "rlsight.commands.watch",
     "timeline": "rlsight.commands.timeline",
     "runs": "rlsight.commands.runs",
     "check": "rlsight.commands.check",

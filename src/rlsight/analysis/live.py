@@ -14,6 +14,8 @@ moment the store saw, so a dead run reads the same tomorrow as it did when it di
 from __future__ import annotations
 
 import dataclasses
+import os
+import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -143,13 +145,13 @@ def process_states(
         stalled = [o for o in leaves.get(key, []) if o.stalled]
         here = leaves.get(key, [])
         innermost = max(stalled, key=lambda o: o.age_ns) if stalled else (here[-1] if here else None)
-        proc = live.processes.get(key)
+        live_proc = live.processes.get(key)
         last_name, last_end = last.get(key, (None, None))
         states.append(ProcessState(
             process=key, worker_group=str(res.get("rl.worker_group", "?")),
             rank=_int(res.get("rl.rank")) or 0, pid=_int(res.get("process.pid")),
             host=str(res["host.name"]) if "host.name" in res else None,
-            clean_shutdown=proc is not None and proc.shutdown_ns is not None,
+            clean_shutdown=live_proc is not None and live_proc.shutdown_ns is not None,
             open=spans, innermost=innermost, stalled=bool(stalled),
             last_span=last_name, last_end_unix_ns=last_end,
         ))
@@ -207,6 +209,19 @@ class WatchSnapshot:
         return {"schema_version": SCHEMA_VERSION, **dataclasses.asdict(self)}
 
 
+def _alive(pid: int | None) -> bool | None:
+    """Whether ``pid`` runs on this host (signal 0 checks without sending anything)."""
+    if pid is None:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, under another user
+    return True
+
+
 def watch_snapshot(
     run_dir: Path | str,
     *,
@@ -225,7 +240,9 @@ def watch_snapshot(
     cols, skipped, _ = read_span_columns(run_dir, workers=1)
     live = read_live(run_dir)
     now = time.time_ns() if now_ns is None else now_ns
-    states = process_states(cols, live, now_ns=now, k=k, min_age_s=min_age_s)
+    host = socket.gethostname()
+    states = [dataclasses.replace(p, alive=_alive(p.pid)) if p.host == host else p
+              for p in process_states(cols, live, now_ns=now, k=k, min_age_s=min_age_s)]
     manifest = read_manifest(run_dir) or {}
     step_index = cols.names.index(_STEP) if _STEP in cols.names else -1
     step_mask = cols.name == step_index

@@ -418,6 +418,8 @@ class ProcessState:
     last_span: str | None
     """Name of the last span it finished."""
     last_end_unix_ns: int | None
+    alive: bool | None = None
+    """Whether its pid still runs (``rlsight watch``, same host only); ``None`` when unknown."""
     stack: str | None = None
     """Its Python stack from ``py-spy dump`` (``rlsight watch --stacks``), else ``None``."""
 

@@ -52,7 +52,7 @@ class StartRecordProcessor(SpanProcessor):
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         if _is_live(span):
-            self._batcher.on_end(span)  # type: ignore[arg-type]  # queued now, encoded later
+            self._batcher.on_end(span)  # queued now, encoded by the batcher's thread
 
     def on_end(self, span: ReadableSpan) -> None:
         return None

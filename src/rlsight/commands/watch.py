@@ -1,0 +1,195 @@
+"""What is every worker doing right now: open spans, their age, and which ranks are stalled.
+
+Reads RUN_DIR (a live run or a dead one) and refreshes like ``top``: steps done, seconds per
+step, goodput so far, and per worker group and rank the span open right now with its age and
+parents. A rank whose innermost open span is older than K times that span name's median and
+older than ``--min-age`` is STALLED. ``--once`` prints one screen and exits; ``--json`` prints
+one document (schema in docs/live.md). Exit codes: 0 nothing stalled; 2 usage error or no
+run folder; 3 something is stalled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+from rlsight.cli import EXIT_OK, EXIT_USAGE
+from rlsight.commands._extras import missing_extra
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from rlsight.analysis.live import WatchSnapshot
+    from rlsight.analysis.model import ProcessState
+
+__all__ = ["EXIT_STALLED", "add_arguments", "run"]
+
+#: Exit code when a rank is stalled (documented in docs/cli.md and docs/live.md).
+EXIT_STALLED: Final = 3
+#: Seconds ``py-spy dump`` gets per process before it is given up on.
+_STACK_TIMEOUT_S: Final = 15.0
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 0 seconds")
+    return value
+
+
+def _positive(text: str) -> float:
+    value = _non_negative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register ``rlsight watch``'s flags."""
+    from rlsight.analysis.live import DEFAULT_MIN_AGE_S, DEFAULT_STALL_K
+
+    parser.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="the run folder to watch")
+    parser.add_argument("--once", action="store_true", help="print one screen and exit")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON document and exit (schema in docs/live.md)")
+    parser.add_argument("--interval", metavar="SECONDS", type=_positive, default=2.0,
+                        help="seconds between refreshes (default 2)")
+    parser.add_argument("--min-age", metavar="SECONDS", type=_non_negative, default=DEFAULT_MIN_AGE_S,
+                        help=f"never call a span stalled before this age (default {DEFAULT_MIN_AGE_S:g})")
+    parser.add_argument("--k", metavar="K", type=_positive, default=DEFAULT_STALL_K,
+                        help="stalled beyond K times the span name's median duration "
+                             f"(default {DEFAULT_STALL_K:g})")
+    parser.add_argument("--stacks", action="store_true",
+                        help="add the Python stack of each stalled process on this host (needs py-spy)")
+
+
+def _py_spy() -> str | None:
+    """The ``py-spy`` executable: on PATH, or beside this Python (a virtualenv's bin)."""
+    found = shutil.which("py-spy")
+    if found:
+        return found
+    beside = Path(sys.executable).with_name("py-spy")
+    return str(beside) if beside.is_file() and os.access(beside, os.X_OK) else None
+
+
+def _with_stacks(snapshot: WatchSnapshot) -> WatchSnapshot:
+    """Stalled processes on this host get their ``py-spy dump``; others are left as they are."""
+    exe = _py_spy()
+    if exe is None:
+        print("rlsight watch: --stacks needs py-spy (pip install py-spy); showing open spans only",
+              file=sys.stderr)
+        return snapshot
+    host = socket.gethostname()
+    processes = []
+    for p in snapshot.processes:
+        if p.stalled and p.pid is not None and p.host == host:
+            try:
+                done = subprocess.run([exe, "dump", "--pid", str(p.pid)], capture_output=True,
+                                      text=True, timeout=_STACK_TIMEOUT_S, check=False)
+                stack = done.stdout.strip() if done.returncode == 0 else (
+                    f"py-spy dump failed ({done.returncode}): {done.stderr.strip()}")
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                stack = f"py-spy dump failed: {exc}"
+            p = dataclasses.replace(p, stack=stack)
+        processes.append(p)
+    return dataclasses.replace(snapshot, processes=processes)
+
+
+def _rank_label(p: ProcessState) -> str:
+    return f"{p.worker_group}/{p.rank}" + (" (exited)" if p.alive is False else "")
+
+
+def _screen(snapshot: WatchSnapshot) -> RenderableType:
+    """The watch screen: one header line, one row per process, stacks of stalled ones."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from rlsight.render._format import clock, span_label
+
+    s = snapshot
+    head = Text(f"run {s.run_id or '?'}  ", style="bold")
+    head.append(f"{s.steps} step(s) done" + (f", in step {s.last_step}" if s.last_step is not None else ""))
+    if s.last_step_end_unix_ns is not None:
+        head.append(f"  (last step ended {clock(max(0, s.now_unix_ns - s.last_step_end_unix_ns))} ago")
+        head.append(f"; median step {clock(s.median_step_ns or 0)})")
+    if s.goodput_pct is not None:
+        head.append(f"  goodput {s.goodput_pct:.1f}%")
+    head.append("   STALLED" if s.stalled else "   ok", style="bold red" if s.stalled else "green")
+    table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
+    for name, justify in (("group/rank", "left"), ("open span (innermost)", "left"), ("age", "right"),
+                          ("median", "right"), ("parents", "left")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    order = sorted(s.processes, key=lambda p: (not p.stalled, p.worker_group, p.rank, p.process))
+    for p in order:
+        o = p.innermost
+        if o is None:
+            idle = "(shut down)" if p.clean_shutdown else "(nothing open)"
+            table.add_row(_rank_label(p), Text(idle, style="dim"), "", "", "")
+            continue
+        table.add_row(
+            _rank_label(p), span_label(o.name), clock(o.age_ns),
+            clock(o.median_ns) if o.median_ns is not None else "-",
+            " < ".join(reversed(o.chain)), style="bold red" if p.stalled else None,
+        )
+    parts: list[RenderableType] = [head, table]
+    for p in order:
+        if p.stack:
+            parts.append(Text(f"\n{_rank_label(p)} (pid {p.pid}) stack:", style="bold"))
+            parts.append(Text(p.stack))
+    if s.skipped:
+        parts.append(Text(f"{s.skipped} unreadable record(s) skipped", style="yellow"))
+    return Group(*parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Watch the run; return 3 when the last look found a stalled rank."""
+    if missing_extra("watch", "numpy", "orjson", "rich"):
+        return EXIT_USAGE
+    from rich.console import Console
+
+    from rlsight.analysis.live import watch_snapshot
+
+    run_dir: Path = args.run_dir
+    if not run_dir.is_dir():
+        print(f"rlsight watch: no run folder at {run_dir}; pass the folder a run writes "
+              "(default ./rlsight-runs/<run_id>)", file=sys.stderr)
+        return EXIT_USAGE
+
+    def look() -> WatchSnapshot:
+        snapshot = watch_snapshot(run_dir, k=args.k, min_age_s=args.min_age)
+        return _with_stacks(snapshot) if args.stacks else snapshot
+
+    if args.json:
+        snapshot = look()
+        sys.stdout.write(json.dumps(snapshot.to_dict(), indent=1, allow_nan=False) + "\n")
+        return EXIT_STALLED if snapshot.stalled else EXIT_OK
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 132)
+    if args.once or not sys.stdout.isatty():
+        snapshot = look()
+        console.print(_screen(snapshot))
+        return EXIT_STALLED if snapshot.stalled else EXIT_OK
+    from rich.live import Live
+
+    snapshot = look()
+    try:
+        with Live(_screen(snapshot), console=console, screen=True, auto_refresh=False) as live:
+            while True:
+                time.sleep(args.interval)
+                snapshot = look()
+                live.update(_screen(snapshot), refresh=True)
+    except KeyboardInterrupt:
+        pass
+    return EXIT_STALLED if snapshot.stalled else EXIT_OK

@@ -69,6 +69,7 @@ from rlsight.spans import (
     umbrella_span,
     umbrella_traced,
 )
+from rlsight.watchdog import StallHook, StallRecord
 
 try:
     __version__ = _metadata.version("rlsight")
@@ -91,6 +92,8 @@ __all__ = [
     "SpanGroup",
     "SpanGroupError",
     "SpanGroupResolution",
+    "StallHook",
+    "StallRecord",
     "StoreError",
     "Telemetry",
     "TelemetryConfig",

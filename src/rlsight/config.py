@@ -35,7 +35,8 @@ class Setting:
 
     name: str
     env: str
-    kind: Literal["bool", "int", "str", "optional_str", "groups", "protocol", "attributes"]
+    kind: Literal["bool", "int", "str", "optional_str", "groups", "protocol", "attributes",
+                  "optional_float"]
     default: str
     doc: str
     otel_env: tuple[str, ...] = ()
@@ -74,6 +75,12 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "The RL algorithm (`grpo`, `ppo`, ...), recorded as `rl.algorithm`."),
     Setting("strict", "RLSIGHT_STRICT", "bool", "false",
             "Raise internal telemetry errors instead of logging them once (for tests)."),
+    Setting("stall_after_s", "RLSIGHT_STALL_AFTER_S", "optional_float", "none",
+            "Stall watchdog (driver): no step ended for this many seconds writes a stall "
+            "record to `<run_dir>/stalls/`, warns once and calls the `on_stall` hook."),
+    Setting("stall_after_steps", "RLSIGHT_STALL_AFTER_STEPS", "optional_float", "none",
+            "Stall watchdog (driver): no step ended for this many median step durations. "
+            "With both set, a stall needs both."),
 )
 _BY_NAME: Final = {s.name: s for s in SETTINGS}
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
@@ -112,6 +119,8 @@ class TelemetryConfig:
     shutdown_timeout_ms: int = 5000
     algorithm: str | None = None
     strict: bool = False
+    stall_after_s: float | None = None
+    stall_after_steps: float | None = None
 
     def __post_init__(self) -> None:
         for s in SETTINGS:
@@ -249,6 +258,14 @@ def _check(s: Setting, value: Any) -> Any:
     elif kind == "str":
         if not isinstance(value, str) or not value:
             raise _fail(s, value, "a non-empty str")
+    elif kind == "optional_float":
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _fail(s, value, "a number or None")
+        if not math.isfinite(value) or value <= 0:
+            raise _fail(s, value, "a positive, finite number or None")
+        value = float(value)
     elif kind == "optional_str":
         if value is not None and not isinstance(value, str):
             raise _fail(s, value, "a str or None")
@@ -281,8 +298,8 @@ def _check(s: Setting, value: Any) -> Any:
 def _encode(s: Setting, value: Any) -> str:
     if s.kind == "bool":
         return "true" if value else "false"
-    if s.kind == "int":
-        return str(value)
+    if s.kind in ("int", "optional_float"):
+        return repr(value) if isinstance(value, float) else str(value)
     if s.kind == "groups":
         return ",".join(value)
     if s.kind == "attributes":
@@ -303,6 +320,11 @@ def _decode(s: Setting, raw: str, var: str) -> Any:
             return int(raw.strip())
         except ValueError:
             raise ConfigError(f"{var}={raw!r}: expected an integer") from None
+    if s.kind == "optional_float":
+        try:
+            return float(raw.strip())
+        except ValueError:
+            raise ConfigError(f"{var}={raw!r}: expected a number of seconds or steps") from None
     if s.kind == "groups":
         return tuple(v.strip() for v in raw.split(",") if v.strip())
     if s.kind == "attributes":

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
 
     from rlsight.store._sink import FileSink
+    from rlsight.watchdog import StallHook, Watchdog
 
 __all__ = [
     "ShutdownReport",
@@ -155,6 +156,8 @@ class Telemetry:
         self._sinks: list[FileSink] = []
         self._starts: BatchingSpanProcessor | None = None
         self._starts_sink: FileSink | None = None
+        #: The stall watchdog (driver, when ``stall_after_s``/``stall_after_steps`` is set).
+        self.watchdog: Watchdog | None = None
         self.resource_attributes: dict[str, Any] = {}
         if not deferred:
             self._materialize()
@@ -519,6 +522,8 @@ class Telemetry:
                 return ShutdownReport(0.0, False)
             self._shut_down = True
             ok = True
+            if self.watchdog is not None:
+                self.watchdog.stop(min(1.0, left_ms() / 1000))
             if self._materialized:
                 ordered = sorted(self._processors, key=lambda p: p.name != "store")
                 for proc in ordered:
@@ -663,6 +668,7 @@ def setup_telemetry(
     rank: int | None = None,
     world_size: int | None = None,
     resource_attributes: Mapping[str, Any] | None = None,
+    on_stall: StallHook | None = None,
 ) -> Telemetry:
     """Set up telemetry in the driver (or any process that owns the run) and return it.
 
@@ -682,6 +688,9 @@ def setup_telemetry(
         rank: ``rl.rank`` (default 0).
         world_size: ``rl.world_size`` (default 1).
         resource_attributes: Extra resource attributes; they win over detected ones.
+        on_stall: Called with a :class:`~rlsight.StallRecord` when the stall watchdog fires
+            (``config.stall_after_s`` / ``stall_after_steps``), on the watchdog's thread: dump
+            stacks, page someone, or abort the job. What it raises is logged, not propagated.
 
     Raises:
         TelemetryStateError: telemetry is already set up in this process.
@@ -720,6 +729,15 @@ def setup_telemetry(
             f"TelemetryConfig.run_dir={config.run_dir!r}: cannot open the local store "
             f"({exc.strerror}: {exc.filename}); choose another folder or set local_store=False"
         ) from exc
+    if config.stall_after_s is not None or config.stall_after_steps is not None:
+        from rlsight.watchdog import Watchdog
+
+        telemetry.watchdog = Watchdog(config, on_stall)
+    elif on_stall is not None:
+        warn_once("on-stall-without-threshold",
+                  "rlsight: setup_telemetry(on_stall=...) has no effect: set "
+                  "TelemetryConfig.stall_after_s or stall_after_steps to turn the watchdog on",
+                  stacklevel=2)
     return _install(telemetry)
 
 

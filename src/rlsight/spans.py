@@ -323,7 +323,18 @@ class _StepSpan(_LiveSpan):
         rt = _runtime._ACTIVE
         if rt is not None:
             rt.current_step = self._step
+            if rt.watchdog is not None:
+                rt.watchdog.progress.started(self._step)
         return super().start()
+
+    def finish(self, exc: BaseException | None) -> None:
+        span = self._span
+        super().finish(exc)
+        rt = _runtime._ACTIVE
+        if rt is not None and rt.watchdog is not None and span is not None:
+            start, end = getattr(span, "start_time", None), getattr(span, "end_time", None)
+            if start is not None and end is not None:
+                rt.watchdog.progress.ended_step((end - start) / 1e9)
 
 
 def step_span(step: int, /, **attributes: Any) -> _LiveSpan | _NoopSpan:

@@ -147,7 +147,7 @@ class Watchdog:
         self.fired += 1
         record = self._record(step, ended, quiet, limit)
         _log.warning(
-            "rlsight: stall: no step has ended for %.0fs (threshold %.0fs, in step %s): %s%s",
+            "rlsight: stall: no step has ended for %.1fs (threshold %.1fs, in step %s): %s%s",
             quiet, limit, step, record.describe(),
             f"; stall record {record.path}" if record.path else "",
         )
@@ -171,7 +171,8 @@ class Watchdog:
             cols, _, _ = read_span_columns(run_dir, workers=1)
             # A span open for at least half the quiet period, and k medians of its name, is
             # part of the stall; one that started a moment ago is not.
-            states = process_states(cols, read_live(run_dir), now_ns=now, min_age_s=limit / 2)
+            states = process_states(cols, read_live(run_dir), now_ns=now, min_age_s=limit / 2,
+                                    unseen_factor=1.0)
             processes = sorted((p for p in states if p.open),
                                key=lambda p: (not p.stalled, p.worker_group, p.rank))
             path = run_dir / "stalls" / f"stall-{self.fired}-{now // 1_000_000_000}.json"

@@ -94,6 +94,7 @@ def process_states(
     now_ns: int,
     k: float = DEFAULT_STALL_K,
     min_age_s: float = DEFAULT_MIN_AGE_S,
+    unseen_factor: float | None = None,
 ) -> list[ProcessState]:
     """Every process the store knows of, with its open spans judged against ``now_ns``.
 
@@ -103,6 +104,8 @@ def process_states(
         now_ns: The moment ages are measured to.
         k: Stall threshold in multiples of a span name's median duration.
         min_age_s: Stall floor in seconds.
+        unseen_factor: A span with no finished peer is stalled past this many floors
+            (default ``k``); the watchdog, which already knows the run stopped, passes 1.
     """
     finished = set(cols.span_id.tolist())
     open_starts = [s for s in live.starts if _hex(s.span_id) not in finished]
@@ -110,6 +113,7 @@ def process_states(
     parents = {s.parent_span_id for s in open_starts if s.parent_span_id}
     medians = _medians(cols, {s.name for s in open_starts})
     floor_ns = min_age_s * 1e9
+    unseen_ns = (k if unseen_factor is None else unseen_factor) * floor_ns
     resources: dict[str, Mapping[str, AttributeValue]] = {
         key: res for key, res in zip(cols.process_keys, cols.resources, strict=True)}
     for key, proc in live.processes.items():
@@ -125,7 +129,7 @@ def process_states(
             chain.append(_label(parent))
             parent = by_id.get(parent.parent_span_id or "")
         median = medians.get(s.name)
-        threshold = max(floor_ns, k * median) if median is not None else k * floor_ns
+        threshold = max(floor_ns, k * median) if median is not None else unseen_ns
         age = max(0, now_ns - s.start_ns)
         is_leaf = s.span_id not in parents
         item = OpenSpan(
@@ -234,7 +238,7 @@ def watch_snapshot(
     Raises:
         StoreError: ``run_dir`` does not exist.
     """
-    from rlsight.analysis._run import analyze_columns
+    from rlsight.analysis._run import _most_common, analyze_columns
     from rlsight.store import read_manifest
 
     cols, skipped, _ = read_span_columns(run_dir, workers=1)
@@ -256,7 +260,9 @@ def watch_snapshot(
         except ValueError:
             goodput = None
     return WatchSnapshot(
-        run_dir=str(run_dir), run_id=manifest.get("run_id"), now_unix_ns=now,
+        run_dir=str(run_dir), now_unix_ns=now,
+        run_id=str(manifest["run_id"]) if manifest.get("run_id") else _most_common(
+            r.get("rl.run.id") for r in [*cols.resources, *(p.resource for p in live.processes.values())]),
         steps=int(step_mask.sum()), last_step=max(step_numbers, default=None),
         median_step_ns=float(np.median(durations)) if len(durations) else None,
         last_step_end_unix_ns=int(cols.end[step_mask].max()) if step_mask.any() else None,

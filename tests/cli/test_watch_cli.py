@@ -1,0 +1,63 @@
+"""`rlsight watch`: the screen, --json, exit codes, --stacks without a stalled process."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from rlsight import RL, span, step_span
+from rlsight.cli import EXIT_OK, EXIT_USAGE, main
+from rlsight.commands.watch import EXIT_STALLED
+from rlsight.store._live import read_live
+from rlsight.testing import capture_telemetry
+
+
+def _wait_for(run_dir: Path, name: str) -> None:
+    deadline = time.monotonic() + 5
+    while name not in {s.name for s in read_live(run_dir).starts} and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def test_an_open_span_past_the_floor_is_stalled_and_exits_3(run_dir: Path, capsys) -> None:
+    with capture_telemetry(run_dir=run_dir, run_id="watched"):
+        for n in range(3):
+            with step_span(n), span(RL.TRAINING, "rl.train.policy"):
+                pass
+        with step_span(3), span(RL.CHECKPOINT, "rl.checkpoint.save"):
+            _wait_for(run_dir, "rl.checkpoint.save")
+            time.sleep(0.05)
+            assert main(["watch", str(run_dir), "--json", "--min-age", "0.01"]) == EXIT_STALLED
+            doc = json.loads(capsys.readouterr().out)
+            assert main(["watch", str(run_dir), "--once", "--min-age", "0.01"]) == EXIT_STALLED
+            screen = capsys.readouterr().out
+            assert main(["watch", str(run_dir), "--json"]) == EXIT_OK  # default floor: 300 s
+            capsys.readouterr()
+    assert doc["schema_version"] == 1 and doc["run_id"] == "watched"
+    assert doc["steps"] == 3 and doc["last_step"] == 3 and doc["stalled"] is True
+    (driver,) = doc["processes"]
+    assert driver["pid"] == os.getpid() and driver["alive"] is True
+    assert driver["innermost"]["name"] == "rl.checkpoint.save"
+    assert driver["innermost"]["chain"] == ["rl.step 3"]
+    assert "STALLED" in screen and "rl.checkpoint.save" in screen and "rl.step 3" in screen
+
+
+def test_a_finished_run_is_not_stalled(run_dir: Path, capsys) -> None:
+    with capture_telemetry(run_dir=run_dir), step_span(1):
+        pass
+    assert main(["watch", str(run_dir), "--json", "--min-age", "0"]) == EXIT_OK
+    (driver,) = json.loads(capsys.readouterr().out)["processes"]
+    assert driver["clean_shutdown"] is True and driver["open"] == []
+
+
+def test_a_missing_run_folder_is_a_usage_error(tmp_path: Path, capsys) -> None:
+    assert main(["watch", str(tmp_path / "nope"), "--once"]) == EXIT_USAGE
+    assert "no run folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--min-age=-1", "--k=0", "--interval=0"])
+def test_bad_numbers_are_usage_errors(run_dir: Path, flag: str) -> None:
+    assert main(["watch", str(run_dir), "--once", flag]) == EXIT_USAGE

@@ -1,0 +1,112 @@
+"""The post-mortem: spans never ended and processes without a clean shutdown, after the fact."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlsight.analysis.live import process_states
+from rlsight.cli import EXIT_OK, main
+from rlsight.store import SpanRecord
+from rlsight.store._columnar import span_columns_from_records
+from rlsight.store._live import LiveProcess, LiveReadResult, StartRecord
+
+_KILLED_DRIVER = textwrap.dedent("""
+    import os, signal, sys, time
+    from rlsight import RL, TelemetryConfig, job_span, setup_telemetry, span, startup_span, step_span
+    setup_telemetry(TelemetryConfig(run_dir=sys.argv[1], span_groups=("all",)))
+    with job_span():
+        with startup_span():
+            time.sleep(0.02)
+        for i in range(1, 4):
+            with step_span(i):
+                with span(RL.TRAINING, "rl.train.policy"):
+                    time.sleep(0.02)
+                if i == 3:
+                    with span(RL.REFIT, "rl.refit.push"):
+                        time.sleep(0.3)  # six store intervals: the start records are on disk
+                        os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+def test_a_sigkilled_driver_still_gets_a_full_report_with_its_open_step(tmp_path: Path, capsys) -> None:
+    run_dir = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-c", _KILLED_DRIVER, str(run_dir)], check=False, timeout=120)
+    assert done.returncode == -signal.SIGKILL
+    assert main(["report", str(run_dir), "--json", "--html", str(tmp_path / "r.html")]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["summary"]["steps"] == 2  # the two finished steps are analysed as usual
+    pm = doc["postmortem"]
+    assert pm["unclean"] == 1
+    (driver,) = pm["processes"]
+    assert driver["worker_group"] == "driver" and driver["clean_shutdown"] is False
+    open_spans = {o["name"]: o for o in driver["open"]}
+    assert set(open_spans) == {"rl.job", "rl.step", "rl.refit.push"}
+    assert open_spans["rl.step"]["step"] == 3
+    assert driver["innermost"]["name"] == "rl.refit.push"
+    assert driver["innermost"]["chain"] == ["rl.job", "rl.step 3"]
+    html = (tmp_path / "r.html").read_text()
+    assert "<h2>Open at end</h2>" in html and "rl.refit.push" in html
+    assert main(["report", str(run_dir)]) == EXIT_OK
+    text = capsys.readouterr().out
+    assert "open at end  3 span(s) never ended on 1 process(es)" in text
+    assert "driver/0" in text and "in rl.refit.push open" in text and "< rl.step 3 < rl.job" in text
+
+
+def test_a_clean_run_reports_nothing_open(tmp_path: Path, capsys) -> None:
+    run_dir = tmp_path / "run"
+    script = _KILLED_DRIVER.replace("os.kill(os.getpid(), signal.SIGKILL)", "pass")
+    script += "\nfrom rlsight import shutdown_telemetry; shutdown_telemetry()\n"
+    subprocess.run([sys.executable, "-c", script, str(run_dir)], check=True, timeout=120)
+    assert main(["report", str(run_dir)]) == EXIT_OK
+    assert "open at end  none" in capsys.readouterr().out
+
+
+_PROCESS = "run/trainer/0/1"
+
+
+def _live(*starts: StartRecord) -> LiveReadResult:
+    proc = LiveProcess(_PROCESS, {"service.instance.id": _PROCESS, "rl.worker_group": "trainer",
+                                  "rl.rank": 0}, opened_ns=0)
+    return LiveReadResult(processes={_PROCESS: proc}, starts=list(starts))
+
+
+def _finished(name: str, durations: list[int]) -> list[SpanRecord]:
+    resource = {"service.instance.id": _PROCESS}
+    return [SpanRecord("t", f"aa{i + 1:014x}", None, name, 0, d, {"thread.id": 1}, resource)
+            for i, d in enumerate(durations)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(durations=st.lists(st.integers(1, 10**10), min_size=0, max_size=6),
+       age=st.integers(0, 10**12), k=st.floats(1, 10), floor_s=st.floats(0, 100))
+def test_a_span_is_stalled_exactly_past_the_floor_and_k_medians(durations, age, k, floor_s) -> None:
+    """stalled <=> age > max(floor, k * median); with no finished peer, age > k * floor."""
+    start = StartRecord(_PROCESS, "t", "ff00000000000001", None, "rl.train", "training", 0, 1)
+    cols = span_columns_from_records(_finished("rl.train", durations))
+    (state,) = process_states(cols, _live(start), now_ns=age, k=k, min_age_s=floor_s)
+    ordered = sorted(durations)
+    n = len(ordered)
+    median = (ordered[(n - 1) // 2] + ordered[n // 2]) / 2 if n else None
+    limit = max(floor_s * 1e9, k * median) if median is not None else k * floor_s * 1e9
+    assert state.stalled == (age > limit)
+    assert state.innermost is not None and state.innermost.age_ns == age
+
+
+def test_the_run_root_and_a_parent_with_an_open_child_are_never_stalled() -> None:
+    job = StartRecord(_PROCESS, "t", "0000000000000001", None, "rl.job", "job", 0, 1)
+    step = StartRecord(_PROCESS, "t", "0000000000000002", job.span_id, "rl.step", "step", 0, 1, step=7)
+    cols = span_columns_from_records(_finished("rl.step", [10]))
+    (state,) = process_states(cols, _live(job, step), now_ns=10**12, k=2, min_age_s=1)
+    assert state.stalled and state.innermost is not None
+    assert state.innermost.name == "rl.step" and state.innermost.chain == ["rl.job"]
+    assert [o.stalled for o in state.open] == [False, True]
+    (alone,) = process_states(cols, _live(job), now_ns=10**15, k=2, min_age_s=1)
+    assert not alone.stalled

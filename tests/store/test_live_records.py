@@ -1,0 +1,75 @@
+"""Start records (<run_dir>/live): written while a long-lived span is open, never per prompt."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from rlsight import RL, per_prompt_scope, span, step_span, umbrella_span
+from rlsight.analysis.live import post_mortem
+from rlsight.store._columnar import read_span_columns
+from rlsight.store._live import read_live
+from rlsight.testing import capture_telemetry
+
+
+def _wait_for_starts(run_dir: Path, names: set[str], timeout_s: float = 5.0) -> set[str]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        seen = {s.name for s in read_live(run_dir).starts}
+        if names <= seen or time.monotonic() > deadline:
+            return seen
+        time.sleep(0.02)
+
+
+def test_an_open_long_lived_span_has_a_start_record_before_it_ends(run_dir: Path) -> None:
+    with capture_telemetry(run_dir=run_dir), step_span(3), span(RL.REFIT, "rl.refit.push"):
+        seen = _wait_for_starts(run_dir, {"rl.step", "rl.refit.push"})
+        assert {"rl.step", "rl.refit.push"} <= seen
+        live = read_live(run_dir)
+        (refit,) = [s for s in live.starts if s.name == "rl.refit.push"]
+        (step,) = [s for s in live.starts if s.name == "rl.step"]
+        assert refit.parent_span_id == step.span_id and refit.trace_id == step.trace_id
+        assert step.step == 3 and refit.group == RL.REFIT
+        assert refit.process in live.processes
+
+
+def test_per_prompt_and_short_kinds_get_no_start_record_but_live_true_does(run_dir: Path) -> None:
+    with capture_telemetry(run_dir=run_dir), umbrella_span(RL.ROLLOUT, "rl.rollout"):
+        with per_prompt_scope():
+            prompt = span(RL.GENERATION, "rl.test.per_prompt_generate")
+            prompt.__enter__()
+        reward = span(RL.REWARD, "rl.test.reward")
+        reward.__enter__()
+        marked = span(RL.REWARD, "rl.test.reward_live", live=True)
+        marked.__enter__()
+        _wait_for_starts(run_dir, {"rl.rollout", "rl.test.reward_live"})
+        time.sleep(0.15)  # three store intervals: anything queued is written by now
+        seen = {s.name for s in read_live(run_dir).starts}
+        for cm in (marked, reward, prompt):
+            cm.__exit__(None, None, None)
+    assert {"rl.rollout", "rl.test.reward_live"} <= seen
+    assert "rl.test.per_prompt_generate" not in seen
+    assert "rl.test.reward" not in seen
+
+
+def test_clean_shutdown_is_marked_and_ended_spans_are_not_left_open(run_dir: Path) -> None:
+    with capture_telemetry(run_dir=run_dir), step_span(1):
+        _wait_for_starts(run_dir, {"rl.step"})
+    live = read_live(run_dir)
+    (proc,) = live.processes.values()
+    assert proc.shutdown_ns is not None and proc.shutdown_ns >= proc.opened_ns
+    cols, _, _ = read_span_columns(run_dir, workers=1)
+    pm = post_mortem(cols, live)
+    assert pm is not None and pm.open_spans == 0 and pm.unclean == 0 and pm.processes == []
+
+
+def test_a_corrupt_live_line_is_skipped_with_its_place_and_the_rest_kept(run_dir: Path) -> None:
+    with capture_telemetry(run_dir=run_dir), step_span(1):
+        _wait_for_starts(run_dir, {"rl.step"})
+    (path,) = (run_dir / "live").glob("*.jsonl")
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], "{not json", '{"record": "start"}', *lines[1:]]) + "\n")
+    live = read_live(run_dir)
+    assert [s.line for s in live.skipped] == [2, 3]
+    assert [s.name for s in live.starts] == ["rl.step"]
+    assert all(str(path) in str(s) for s in live.skipped)

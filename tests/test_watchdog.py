@@ -1,0 +1,91 @@
+"""The stall watchdog: fires once on a stalled run, naming the open span; never on a healthy one."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import pytest
+
+from rlsight import (
+    RL,
+    StallRecord,
+    TelemetryConfig,
+    setup_telemetry,
+    shutdown_telemetry,
+    span,
+    step_span,
+)
+from rlsight.errors import ConfigError
+
+
+def _config(run_dir: Path, **stall: float) -> TelemetryConfig:
+    return TelemetryConfig(run_dir=str(run_dir), span_groups=("all",), strict=True, **stall)
+
+
+def test_it_fires_once_on_a_stalled_run_and_names_the_open_span(run_dir: Path, caplog) -> None:
+    fired: list[StallRecord] = []
+    caplog.set_level(logging.WARNING, logger="rlsight")
+    setup_telemetry(_config(run_dir, stall_after_s=0.6), on_stall=fired.append)
+    try:
+        for n in range(3):
+            with step_span(n), span(RL.TRAINING, "rl.train.policy"):
+                time.sleep(0.01)
+        with step_span(3), span(RL.REFIT, "rl.test.stuck_refit"):
+            deadline = time.monotonic() + 10
+            while not fired and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(1.5)  # more than twice the threshold: it must not fire again
+    finally:
+        shutdown_telemetry()
+    assert len(fired) == 1
+    record = fired[0]
+    assert record.last_step == 3 and record.steps_ended == 3
+    assert record.seconds_since_progress > record.threshold_s == 0.6
+    (driver,) = record.processes
+    assert driver.innermost is not None and driver.innermost.name == "rl.test.stuck_refit"
+    assert driver.stalled
+    assert record.path is not None
+    written = json.loads(Path(record.path).read_text())
+    assert written["processes"][0]["innermost"]["name"] == "rl.test.stuck_refit"
+    warnings = [r.getMessage() for r in caplog.records if "stall" in r.getMessage()]
+    assert len(warnings) == 1 and "rl.test.stuck_refit" in warnings[0] and record.path in warnings[0]
+
+
+def test_it_does_not_fire_on_a_healthy_run_with_uneven_steps(run_dir: Path) -> None:
+    """Steps of 20 ms with a 300 ms one every seventh: uneven, but always progressing."""
+    fired: list[StallRecord] = []
+    setup_telemetry(_config(run_dir, stall_after_steps=20), on_stall=fired.append)
+    try:
+        for n in range(28):
+            with step_span(n), span(RL.TRAINING, "rl.train.policy"):
+                time.sleep(0.3 if n % 7 == 6 else 0.02)
+    finally:
+        shutdown_telemetry()
+    assert fired == []
+    assert not (run_dir / "stalls").exists()
+
+
+def test_a_failing_hook_is_logged_and_the_run_goes_on(run_dir: Path, caplog) -> None:
+    def hook(record: StallRecord) -> None:
+        raise RuntimeError("pager down")
+
+    setup_telemetry(_config(run_dir, stall_after_s=0.2), on_stall=hook)
+    try:
+        with step_span(0):
+            pass
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not any("on_stall hook raised" in r.getMessage()
+                                                      for r in caplog.records):
+            time.sleep(0.05)
+    finally:
+        shutdown_telemetry()
+    assert any("on_stall hook raised" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("value", [0, -1.0, float("nan"), "5", True])
+def test_a_bad_threshold_is_a_config_error_naming_the_field(value: object) -> None:
+    with pytest.raises(ConfigError, match="stall_after_s"):
+        TelemetryConfig(stall_after_s=value)  # type: ignore[arg-type]

@@ -110,3 +110,20 @@ def test_the_run_root_and_a_parent_with_an_open_child_are_never_stalled() -> Non
     assert [o.stalled for o in state.open] == [False, True]
     (alone,) = process_states(cols, _live(job), now_ns=10**15, k=2, min_age_s=1)
     assert not alone.stalled
+
+
+def test_a_driver_waiting_on_actors_is_in_its_dispatching_span_and_names_them() -> None:
+    """An open span whose open children run in other processes is where that process is."""
+    actor = "run/policy/1/2"
+    dispatch = StartRecord(_PROCESS, "t", "0000000000000001", None, "rl.train.policy", "training", 0, 1)
+    work = StartRecord(actor, "t", "0000000000000002", dispatch.span_id, "rl.train.fb", "training", 0, 2)
+    live = _live(dispatch, work)
+    live.processes[actor] = LiveProcess(actor, {"service.instance.id": actor, "rl.worker_group": "policy",
+                                                "rl.rank": 1}, opened_ns=0)
+    cols = span_columns_from_records([])
+    states = {p.worker_group: p for p in process_states(cols, live, now_ns=10**9, k=2, min_age_s=1)}
+    driver, policy = states["trainer"], states["policy"]
+    assert driver.innermost is not None and driver.innermost.name == "rl.train.policy"
+    assert driver.waiting_on == ["policy/1"]
+    assert policy.innermost is not None and policy.innermost.chain == ["rl.train.policy"]
+    assert policy.waiting_on == []

@@ -1,7 +1,8 @@
 """What every process is doing: open spans from start records, stalls, the post-mortem.
 
 A start record whose span id has no finished span in ``traces/`` is *open*. Per process, the
-open spans that no other open span descends from are where it is right now; one of them is
+open spans with no open child in that same process are where it is right now (a driver
+waiting on actors is in the span it dispatched from); one of them is
 *stalled* when its age exceeds both a floor (``min_age``) and ``k`` times the median duration
 of finished spans of the same name. A span with no finished peer has no median; it is judged
 against ``k`` times the floor, so a long first step is not called a stall after the floor
@@ -110,7 +111,9 @@ def process_states(
     finished = set(cols.span_id.tolist())
     open_starts = [s for s in live.starts if _hex(s.span_id) not in finished]
     by_id = {s.span_id: s for s in live.starts}
-    parents = {s.parent_span_id for s in open_starts if s.parent_span_id}
+    # A parent with an open child in *its own* process is not where that process is; one whose
+    # only open children run elsewhere (a driver waiting on actors) is.
+    parents = {(s.process, s.parent_span_id) for s in open_starts if s.parent_span_id}
     medians = _medians(cols, {s.name for s in open_starts})
     floor_ns = min_age_s * 1e9
     unseen_ns = (k if unseen_factor is None else unseen_factor) * floor_ns
@@ -131,7 +134,7 @@ def process_states(
         median = medians.get(s.name)
         threshold = max(floor_ns, k * median) if median is not None else unseen_ns
         age = max(0, now_ns - s.start_ns)
-        is_leaf = s.span_id not in parents
+        is_leaf = (s.process, s.span_id) not in parents
         item = OpenSpan(
             name=s.name, group=s.group, trace_id=s.trace_id, span_id=s.span_id,
             parent_span_id=s.parent_span_id, thread=s.thread_id, start_unix_ns=s.start_ns,
@@ -142,6 +145,17 @@ def process_states(
         if is_leaf:
             leaves.setdefault(s.process, []).append(item)
     last = _last_spans(cols)
+    # Open spans started from a span of another process (a dispatched actor call).
+    remote_children: dict[str, set[str]] = {}
+    for s in open_starts:
+        parent = by_id.get(s.parent_span_id or "")
+        if parent is not None and parent.process != s.process:
+            remote_children.setdefault(parent.span_id, set()).add(s.process)
+
+    def rank_label(key: str) -> str:
+        res = resources.get(key, {})
+        return f"{res.get('rl.worker_group', '?')}/{res.get('rl.rank', '?')}"
+
     states = []
     for key in sorted(set(resources) | set(per_process)):
         res = resources.get(key, {})
@@ -158,6 +172,8 @@ def process_states(
             clean_shutdown=live_proc is not None and live_proc.shutdown_ns is not None,
             open=spans, innermost=innermost, stalled=bool(stalled),
             last_span=last_name, last_end_unix_ns=last_end,
+            waiting_on=sorted({rank_label(q) for q in remote_children.get(innermost.span_id, ())})
+            if innermost is not None else [],
         ))
     return states
 

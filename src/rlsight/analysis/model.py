@@ -418,6 +418,9 @@ class ProcessState:
     last_span: str | None
     """Name of the last span it finished."""
     last_end_unix_ns: int | None
+    waiting_on: list[str] = field(default_factory=list)
+    """``group/rank`` of other processes with an open span started from its innermost one
+    (the actors a driver waits on)."""
     alive: bool | None = None
     """Whether its pid still runs (``rlsight watch``, same host only); ``None`` when unknown."""
     stack: str | None = None

@@ -129,20 +129,22 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
         head.append(f"  goodput {s.goodput_pct:.1f}%")
     head.append("   STALLED" if s.stalled else "   ok", style="bold red" if s.stalled else "green")
     table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
-    for name, justify in (("group/rank", "left"), ("open span (innermost)", "left"), ("age", "right"),
-                          ("median", "right"), ("parents", "left")):
+    for name, justify in (("group/rank", "left"), ("state", "left"), ("open span (innermost)", "left"),
+                          ("age", "right"), ("median", "right"), ("parents", "left"),
+                          ("waiting on", "left")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     order = sorted(s.processes, key=lambda p: (not p.stalled, p.worker_group, p.rank, p.process))
     for p in order:
         o = p.innermost
         if o is None:
             idle = "(shut down)" if p.clean_shutdown else "(nothing open)"
-            table.add_row(_rank_label(p), Text(idle, style="dim"), "", "", "")
+            table.add_row(_rank_label(p), "", Text(idle, style="dim"), "", "", "", "")
             continue
         table.add_row(
-            _rank_label(p), span_label(o.name), clock(o.age_ns),
+            _rank_label(p), "STALLED" if p.stalled else "running", span_label(o.name), clock(o.age_ns),
             clock(o.median_ns) if o.median_ns is not None else "-",
-            " < ".join(reversed(o.chain)), style="bold red" if p.stalled else None,
+            " < ".join(reversed(o.chain)), ", ".join(p.waiting_on),
+            style="bold red" if p.stalled else None,
         )
     parts: list[RenderableType] = [head, table]
     for p in order:

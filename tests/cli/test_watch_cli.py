@@ -61,3 +61,17 @@ def test_a_missing_run_folder_is_a_usage_error(tmp_path: Path, capsys) -> None:
 @pytest.mark.parametrize("flag", ["--min-age=-1", "--k=0", "--interval=0"])
 def test_bad_numbers_are_usage_errors(run_dir: Path, flag: str) -> None:
     assert main(["watch", str(run_dir), "--once", flag]) == EXIT_USAGE
+
+
+def test_docs_live_md_describes_every_field_of_the_json_documents(run_dir: Path, capsys) -> None:
+    """A field added to watch --json or the report's postmortem without a docs row fails here."""
+    with capture_telemetry(run_dir=run_dir), step_span(1), span(RL.REFIT, "rl.refit.push"):
+        _wait_for(run_dir, "rl.refit.push")
+        main(["watch", str(run_dir), "--json", "--min-age", "0"])
+    doc = json.loads(capsys.readouterr().out)
+    text = (Path(__file__).resolve().parents[2] / "docs" / "live.md").read_text()
+    (proc,) = doc["processes"]
+    missing = [k for k in doc if f"`{k}" not in text]
+    missing += [k for k in proc if f"`processes[].{k}`" not in text and f".{k}`" not in text]
+    missing += [k for k in proc["open"][0] if k not in text.split("An **open span** is", 1)[1][:400]]
+    assert missing == []

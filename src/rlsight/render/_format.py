@@ -165,6 +165,8 @@ def postmortem_rows(pm: PostMortem) -> list[tuple[ProcessState, str, str]]:
             others = len(p.open) - 1 - len(p.innermost.chain)
             if others > 0:
                 doing += f" (+{others} more open)"
+            if p.waiting_on:
+                doing += "; waiting on " + ", ".join(p.waiting_on)
         elif p.last_span is not None and p.last_end_unix_ns is not None:
             ago = clock(max(0, pm.as_of_unix_ns - p.last_end_unix_ns))
             doing = f"nothing open; last finished {span_label(p.last_span)} {ago} before the end"

@@ -1,10 +1,10 @@
-"""`rlsight watch`: the screen, --json, exit codes, --stacks without a stalled process."""
+"""`rlsight watch`: the screen, --json, exit codes, --stacks, and the docs of its schema."""
 
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import time
 from pathlib import Path
 
@@ -76,3 +76,17 @@ def test_docs_live_md_describes_every_field_of_the_json_documents(run_dir: Path,
     missing += [k for k in proc if not re.search(rf"`processes\[\]\.{k}[`\[]|, \.{k}[`,]|\.{k}`", text)]
     missing += [k for k in proc["open"][0] if k not in text.split("An **open span** is", 1)[1][:400]]
     assert missing == []
+
+
+def test_stacks_adds_the_python_stack_of_a_stalled_process_on_this_host(run_dir: Path, capsys) -> None:
+    """py-spy (the dev extra installs it) dumps this very test process while it is stalled."""
+    from rlsight.commands.watch import _py_spy
+
+    if _py_spy() is None:
+        pytest.skip("py-spy is not installed (pip install 'rlsight[stacks]')")
+    with capture_telemetry(run_dir=run_dir), step_span(1), span(RL.REFIT, "rl.refit.push"):
+        _wait_for(run_dir, "rl.refit.push")
+        code = main(["watch", str(run_dir), "--json", "--min-age", "0", "--stacks"])
+    (driver,) = json.loads(capsys.readouterr().out)["processes"]
+    assert code == EXIT_STALLED and driver["stalled"]
+    assert "test_stacks_adds_the_python_stack" in driver["stack"]

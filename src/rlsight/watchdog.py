@@ -26,11 +26,17 @@ if TYPE_CHECKING:
     from rlsight.analysis.model import ProcessState
     from rlsight.config import TelemetryConfig
 
-__all__ = ["StallHook", "StallRecord"]
+__all__ = ["DEFAULT_MIN_AGE_S", "DEFAULT_STALL_K", "StallHook", "StallRecord"]
 
 _log = logging.getLogger("rlsight")
 #: Step durations the median of ``stall_after_steps`` is taken over (the most recent ones).
 _RECENT_STEPS: Final = 50
+#: A span is stalled beyond this many times its name's median duration (``rlsight watch --k``,
+#: the watchdog)...
+DEFAULT_STALL_K: Final = 5.0
+#: ...and beyond this floor in seconds (``rlsight watch --min-age``): shorter waits are normal
+#: in real runs (a refit, a checkpoint, a slow batch), and alerting on them pages for nothing.
+DEFAULT_MIN_AGE_S: Final = 300.0
 #: Format version of the stall record file.
 STALL_RECORD_VERSION: Final = 1
 
@@ -171,8 +177,8 @@ class Watchdog:
             cols, _, _ = read_span_columns(run_dir, workers=1)
             # A span open for at least half the quiet period, and k medians of its name, is
             # part of the stall; one that started a moment ago is not.
-            states = process_states(cols, read_live(run_dir), now_ns=now, min_age_s=limit / 2,
-                                    unseen_factor=1.0)
+            states = process_states(cols, read_live(run_dir), now_ns=now, k=DEFAULT_STALL_K,
+                                    min_age_s=limit / 2, unseen_factor=1.0)
             processes = sorted((p for p in states if p.open),
                                key=lambda p: (not p.stalled, p.worker_group, p.rank))
             path = run_dir / "stalls" / f"stall-{self.fired}-{now // 1_000_000_000}.json"

@@ -29,6 +29,7 @@ from rlsight.analysis.model import SCHEMA_VERSION, OpenSpan, PostMortem, Process
 from rlsight.store._columnar import SpanColumns, read_span_columns
 from rlsight.store._live import LiveReadResult, StartRecord, read_live
 from rlsight.store._schema import AttributeValue
+from rlsight.watchdog import DEFAULT_MIN_AGE_S, DEFAULT_STALL_K
 
 __all__ = [
     "DEFAULT_MIN_AGE_S",
@@ -39,11 +40,6 @@ __all__ = [
     "watch_snapshot",
 ]
 
-#: A span is stalled beyond this many times its name's median duration...
-DEFAULT_STALL_K: Final = 5.0
-#: ...and beyond this floor (seconds): shorter waits are normal in real runs (a refit, a
-#: checkpoint, a slow batch), and alerting on them pages people for nothing.
-DEFAULT_MIN_AGE_S: Final = 300.0
 _JOB: Final = "rl.job"
 _STEP: Final = "rl.step"
 

@@ -58,7 +58,7 @@ def _positive(text: str) -> float:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``rlsight watch``'s flags."""
-    from rlsight.analysis.live import DEFAULT_MIN_AGE_S, DEFAULT_STALL_K
+    from rlsight.watchdog import DEFAULT_MIN_AGE_S, DEFAULT_STALL_K
 
     parser.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="the run folder to watch")
     parser.add_argument("--once", action="store_true", help="print one screen and exit")

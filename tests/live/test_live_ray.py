@@ -14,6 +14,7 @@ import ray
 from _live_actors import Trainer
 
 from _ray_support import RayCluster, wait_for_spans
+from rlsight import StallRecord, setup_telemetry, shutdown_telemetry, step_span
 from rlsight.analysis.live import post_mortem
 from rlsight.ray import worker_options
 from rlsight.store._columnar import read_span_columns
@@ -89,3 +90,36 @@ def test_an_actor_killed_inside_a_refit_span_is_in_the_post_mortem(ray_cluster: 
     assert proc.pid == pid and not proc.clean_shutdown
     assert [o.name for o in proc.open] == ["rl.test.live.refit"]
     assert proc.innermost is not None and proc.innermost.name == "rl.test.live.refit"
+
+
+def test_the_watchdog_fires_once_and_names_the_hanging_ranks_span(ray_cluster: RayCluster) -> None:
+    """Driver watchdog on the shared cluster: rank 1 hangs in training, the record names it."""
+    group = "live_watchdog"
+    fired: list[StallRecord] = []
+    trainers = [Trainer.options(**worker_options(worker_group=group, rank=r, world_size=2)).remote()
+                for r in range(2)]
+    ray.get([t.pid.remote() for t in trainers])  # started: worker start-up is not a stall here
+    config = ray_cluster.config.with_changes(stall_after_s=1.5)
+    setup_telemetry(config, worker_group="watchdog_driver", on_stall=fired.append)
+    try:
+        for n in range(3):
+            with step_span(n):
+                ray.get([t.train.remote(0.05) for t in trainers])
+        with step_span(3):
+            refs = [t.train.remote(60.0 if r == 1 else 0.05) for r, t in enumerate(trainers)]
+            ray.get(refs[0])
+            deadline = time.monotonic() + 30
+            while not fired and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(2.0)  # past the threshold again: still only one firing
+    finally:
+        shutdown_telemetry()
+        for t in trainers:
+            ray.kill(t)
+    assert len(fired) == 1
+    record = fired[0]
+    ranks = {p.rank: p for p in record.processes if p.worker_group == group}
+    assert set(ranks) == {1}  # rank 0 finished its call: nothing open
+    assert ranks[1].stalled and ranks[1].innermost is not None
+    assert ranks[1].innermost.name == "rl.test.live.train"
+    assert "rl.test.live.train" in record.describe()

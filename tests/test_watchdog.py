@@ -18,6 +18,7 @@ from rlsight import (
     span,
     step_span,
 )
+from rlsight.cli import main
 from rlsight.errors import ConfigError
 
 
@@ -52,6 +53,25 @@ def test_it_fires_once_on_a_stalled_run_and_names_the_open_span(run_dir: Path, c
     assert written["processes"][0]["innermost"]["name"] == "rl.test.stuck_refit"
     warnings = [r.getMessage() for r in caplog.records if "stall" in r.getMessage()]
     assert len(warnings) == 1 and "rl.test.stuck_refit" in warnings[0] and record.path in warnings[0]
+
+
+def test_the_report_lists_the_stall_records(run_dir: Path, capsys) -> None:
+    fired: list[StallRecord] = []
+    setup_telemetry(_config(run_dir, stall_after_s=0.3), on_stall=fired.append)
+    try:
+        with step_span(0):
+            pass
+        with step_span(1):
+            deadline = time.monotonic() + 10
+            while not fired and time.monotonic() < deadline:
+                time.sleep(0.05)
+    finally:
+        shutdown_telemetry()
+    assert main(["report", str(run_dir), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["postmortem"]["stall_records"] == [fired[0].path]
+    assert main(["report", str(run_dir)]) == 0
+    expected = f"stalls       the watchdog fired 1 time(s); last record: {fired[0].path}"
+    assert expected in capsys.readouterr().out
 
 
 def test_it_does_not_fire_on_a_healthy_run_with_uneven_steps(run_dir: Path) -> None:

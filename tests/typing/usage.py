@@ -69,8 +69,15 @@ async def astream(n: int) -> AsyncIterator[int]:
         yield i
 
 
+def page_oncall(record: rlsight.StallRecord) -> None:
+    seconds: float = record.seconds_since_progress
+    path: str | None = record.path
+    print(seconds, path, record.describe(), record.to_dict()["schema_version"])
+
+
 def run(config: TelemetryConfig) -> ShutdownReport:
-    telemetry: Telemetry = rlsight.setup_telemetry(config)
+    config = config.with_changes(stall_after_steps=5.0)
+    telemetry: Telemetry = rlsight.setup_telemetry(config, on_stall=page_oncall)
     rlsight.register_span_groups("mylib", [SpanGroup("mylib_io", "my library's I/O", Bucket.OVERHEAD)])
     with rlsight.job_span(), rlsight.startup_span(), rlsight.setup_span("workers"):
         pass

@@ -194,4 +194,6 @@ def analyze_run(
         cols, skipped=[*skipped, *metrics.skipped, *live.skipped], files=files,
         manifest=read_manifest(run_dir), metrics=metrics.points, k=k,
     )
-    return dataclasses.replace(report, postmortem=post_mortem(cols, live))
+    stalls = sorted((Path(run_dir) / "stalls").glob("stall-*.json"), key=lambda p: p.stat().st_mtime)
+    return dataclasses.replace(
+        report, postmortem=post_mortem(cols, live, stall_records=[str(p) for p in stalls]))

@@ -182,7 +182,9 @@ def _store_end(cols: SpanColumns, live: LiveReadResult) -> int:
     return max(times, default=0)
 
 
-def post_mortem(cols: SpanColumns, live: LiveReadResult) -> PostMortem | None:
+def post_mortem(
+    cols: SpanColumns, live: LiveReadResult, *, stall_records: list[str] | None = None,
+) -> PostMortem | None:
     """The report's post-mortem; ``None`` when the run wrote no start records."""
     if not live.processes:
         return None
@@ -196,6 +198,7 @@ def post_mortem(cols: SpanColumns, live: LiveReadResult) -> PostMortem | None:
         open_spans=sum(len(p.open) for p in states),
         processes=kept,
         unclean=sum(1 for p in live.processes.values() if p.shutdown_ns is None),
+        stall_records=list(stall_records or []),
     )
 
 

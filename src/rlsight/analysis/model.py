@@ -438,6 +438,8 @@ class PostMortem:
     """Processes with an open span or without a clean shutdown, open ones first."""
     unclean: int
     """Processes that wrote no clean-shutdown record (killed, crashed, or never shut down)."""
+    stall_records: list[str] = field(default_factory=list)
+    """Stall records the watchdog wrote (``<run_dir>/stalls/*.json``), oldest first."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -279,6 +279,9 @@ def _sections(report: RunReport) -> list[str]:
                           [[f"{p.worker_group}/{p.rank}", p.pid if p.pid is not None else "?", ended, doing]
                            for p, ended, doing in postmortem_rows(pm)[:MAX_TABLE_ROWS]],
                           css="warn"))
+        if pm.stall_records:
+            out.append(f'<p class="bad">The stall watchdog fired {len(pm.stall_records)} time(s): '
+                       + ", ".join(_e(r) for r in pm.stall_records) + "</p>")
         opened = [(p, o) for p in pm.processes for o in p.open]
         if opened:
             out.append(_table(["process", "span never ended", "group", "open for", "step", "parents"],

@@ -144,6 +144,9 @@ def render_report(report: RunReport, console: Console) -> None:
                  "red" if p.open else "yellow")
         if len(rows) > MAX_FINDINGS:
             line(f"             ... {len(rows) - MAX_FINDINGS} more process(es) (see --json or --html)")
+        if pm.stall_records:
+            line(f"stalls       the watchdog fired {len(pm.stall_records)} time(s); last record: "
+                 f"{pm.stall_records[-1]}", "red")
     sm = report.summary
     line(f"read         {count(sm.spans)} spans, {sm.processes} processes, {sm.files} files; "
          f"{sm.skipped} record(s) skipped", "yellow" if sm.skipped else None)

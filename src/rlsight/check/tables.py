@@ -83,6 +83,7 @@ def configuration_table() -> str:
         "groups": "list of names",
         "protocol": "`http/protobuf` or `grpc`",
         "attributes": "mapping",
+        "port": "int or none",
     }
     rows = [
         [

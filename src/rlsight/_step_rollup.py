@@ -1,0 +1,155 @@
+"""The driver's span processor that rolls each ``rl.step`` up as it ends.
+
+It keeps the spans that end while a step is open (and the spans still open, which are the
+ancestors that give a step's spans their depth in the trace tree). When a step ends it hands
+that step's timeline, inside the step's window, plus those ancestors to
+:func:`rlsight.analysis.online.step_goodput`: the report's own rollup, on the same spans the
+report will read for that step. What it keeps is bounded by one step's spans: whatever ended
+before the earliest step still open is dropped after each roll-up.
+
+Known difference from the report: an ancestor that ended before the step began (an async
+task whose parent finished earlier) is not kept, so its descendants count it as one missing
+level of depth, where the report sees the whole chain. rlsight's own helpers never do that.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+
+from rlsight._instruments import InstrumentCache
+from rlsight.step_summary import (
+    BUCKET_ATTRIBUTE,
+    CONTRIBUTOR_ATTRIBUTE,
+    CONTRIBUTOR_BUCKETS,
+    GOODPUT_CONTRIBUTOR_SECONDS,
+    GOODPUT_PCT,
+    GOODPUT_SECONDS,
+    SUMMARY_BUCKETS,
+    SUMMARY_PREFIX,
+    summary_dict,
+)
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.sdk.trace import Span
+
+    from rlsight.analysis.online import StepGoodput
+    from rlsight.runtime import Telemetry
+
+__all__ = ["StepRollupProcessor"]
+
+_STEP: Final = "rl.step"
+_THREAD: Final = "thread.id"
+_INSTRUMENTS: Final = InstrumentCache()
+
+
+class StepRollupProcessor(SpanProcessor):
+    """Computes each ended step's goodput in the thread that ends it (see the module doc)."""
+
+    def __init__(self, runtime: Telemetry) -> None:
+        self._runtime = runtime
+        self._lock = threading.Lock()
+        self._open: dict[int, Span] = {}
+        self._open_steps: dict[int, int] = {}
+        self._ended: list[ReadableSpan] = []
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        sid = span.context.span_id
+        with self._lock:
+            self._open[sid] = span
+            if span.name == _STEP:
+                self._open_steps[sid] = span.start_time or 0
+
+    def on_end(self, span: ReadableSpan) -> None:
+        context = span.context
+        assert context is not None
+        sid = context.span_id
+        with self._lock:
+            self._open.pop(sid, None)
+            is_step = self._open_steps.pop(sid, None) is not None
+            if is_step or self._open_steps:
+                self._ended.append(span)
+            if not is_step:
+                return
+            chosen = self._step_spans(span)
+            floor = min(self._open_steps.values(), default=None)
+            self._ended = [] if floor is None else [s for s in self._ended if (s.end_time or 0) > floor]
+        try:
+            self._roll_up(span, chosen)
+        except Exception as exc:  # the runtime's guard: log once (raise when strict), run goes on
+            self._runtime.report_internal_error("step-goodput", exc)
+
+    def _step_spans(self, step: ReadableSpan) -> list[ReadableSpan]:
+        """The step's timeline inside its window, plus the ancestors of all of them."""
+        thread = (step.attributes or {}).get(_THREAD)
+        lo, hi = step.start_time or 0, step.end_time or 0
+        chosen: dict[int, ReadableSpan] = {}
+        by_id: dict[int, ReadableSpan] = {}
+        for s in self._ended:
+            sid = s.context.span_id
+            by_id[sid] = s
+            if (s.end_time or 0) > lo and (s.start_time or 0) < hi and (
+                    (s.attributes or {}).get(_THREAD) == thread):
+                chosen[sid] = s
+        chosen[step.context.span_id] = step
+        stack = list(chosen.values())
+        while stack:
+            parent = stack.pop().parent
+            if parent is None or parent.span_id in chosen:
+                continue
+            found = by_id.get(parent.span_id) or self._open.get(parent.span_id)
+            if found is not None:
+                chosen[parent.span_id] = found
+                stack.append(found)
+        return list(chosen.values())
+
+    def _roll_up(self, step: ReadableSpan, spans: Sequence[ReadableSpan]) -> None:
+        from rlsight.analysis.online import step_goodput
+        from rlsight.store._columnar import span_columns_from_rows
+
+        now = step.end_time or 0
+        rows: list[tuple[str, str, str, str, int, int, int, int, Any]] = []
+        for s in spans:
+            ctx, parent = s.context, s.parent
+            assert ctx is not None
+            start = s.start_time or 0
+            # A span still open (an ancestor) covers at least up to now.
+            end = s.end_time if s.end_time is not None else max(now, start)
+            rows.append((
+                format(ctx.trace_id, "032x"), format(ctx.span_id, "016x"),
+                format(parent.span_id, "016x") if parent is not None else "",
+                s.name, start, end, s.status.status_code.value, 0, s.attributes or {},
+            ))
+        runtime = self._runtime
+        cols = span_columns_from_rows(rows, [runtime.resource_attributes])
+        result = step_goodput(cols, step.context.span_id)
+        if result is None:
+            return
+        summary = summary_dict(
+            result.step, {b: result.buckets.get(b) for b in SUMMARY_BUCKETS}, result.contributors)
+        runtime.last_step_summary = summary
+        _record(runtime, result, summary)
+
+
+def _record(runtime: Telemetry, result: StepGoodput, summary: dict[str, float]) -> None:
+    meter = runtime.meter
+    step = result.step
+    counter = _INSTRUMENTS.counter(
+        meter, GOODPUT_SECONDS, "s", "Seconds of each step in each goodput bucket (driver timeline).")
+    for bucket in SUMMARY_BUCKETS:
+        counter.add(summary[f"{SUMMARY_PREFIX}{bucket}_s"], {_STEP: step, BUCKET_ATTRIBUTE: bucket})
+    _INSTRUMENTS.gauge(meter, GOODPUT_PCT, "%", "Productive share of the step's wall time.").set(
+        summary[f"{SUMMARY_PREFIX}goodput_pct"], {_STEP: step})
+    contributor = _INSTRUMENTS.counter(
+        meter, GOODPUT_CONTRIBUTOR_SECONDS, "s",
+        "Seconds of each step a span name (or efficiency category) decided, by bucket.")
+    from rlsight.analysis.model import span_label
+
+    for c in result.contributors:
+        if c.bucket in CONTRIBUTOR_BUCKETS:
+            contributor.add(c.attributed_ns / 1e9, {
+                _STEP: step, BUCKET_ATTRIBUTE: c.bucket, CONTRIBUTOR_ATTRIBUTE: span_label(c.name)})

@@ -1,0 +1,178 @@
+"""`prometheus_port`: a real Prometheus server scrapes the driver and its query API reads back
+the goodput, a teed trainer scalar and the engine-style counters, without the `rl.step` label."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import rlsight
+from rlsight import RL, ConfigError, MetricSpec
+
+pytestmark = pytest.mark.prometheus
+
+_GROUP = "prom_test_trainer"
+rlsight.register_metric_group(_GROUP, [
+    MetricSpec("prom_test.loss", "prom_test/loss", "gauge", "1", "Loss (Prometheus test)."),
+    MetricSpec("prom_test.samples", "prom_test/samples", "counter", "{sample}", "Samples (test)."),
+])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return json.loads(resp.read())
+
+
+class _Prometheus:
+    def __init__(self, base: str) -> None:
+        self.base = base
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        doc = _get(f"{self.base}/api/v1/query?" + urllib.parse.urlencode({"query": promql}))
+        assert doc["status"] == "success", doc
+        return list(doc["data"]["result"])
+
+    def wait_for(self, promql: str, expected: float, timeout_s: float = 30.0) -> list[dict[str, Any]]:
+        """Poll until the query's single series has ``expected`` (a scrape after the last step)."""
+        deadline = time.monotonic() + timeout_s
+        result: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            result = self.query(promql)
+            if len(result) == 1 and float(result[0]["value"][1]) == pytest.approx(expected):
+                return result
+            time.sleep(0.3)
+        raise AssertionError(f"{promql}: expected {expected}, Prometheus has {result}")
+
+
+def _prometheus_binary() -> str:
+    found = shutil.which("prometheus")
+    if found is None:
+        pytest.fail("Debian's prometheus is needed for this test: `make prometheus` "
+                    "(apt-get install -y prometheus)")
+    return found
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[tuple[_Prometheus, int]]:
+    """A Prometheus server on 127.0.0.1 that scrapes 127.0.0.1:<target port> every 0.5 s."""
+    target, listen = _free_port(), _free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 500ms\n  scrape_timeout: 400ms\n"
+        f"scrape_configs:\n  - job_name: rlsight\n    static_configs:\n"
+        f"      - targets: ['127.0.0.1:{target}']\n"
+    )
+    proc = subprocess.Popen(
+        [_prometheus_binary(), f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{listen}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    base = f"http://127.0.0.1:{listen}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/-/ready", timeout=2) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"prometheus did not start: {proc.stderr.read() if proc.stderr else ''}")
+            time.sleep(0.1)
+        yield _Prometheus(base), target
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_a_real_prometheus_reads_goodput_and_teed_scalars(prometheus, tmp_path):
+    prom, port = prometheus
+    config = rlsight.TelemetryConfig(run_dir=str(tmp_path / "run"), strict=True, span_groups=("all",),
+                                     prometheus_port=port)
+    summaries = []
+    with rlsight.setup_telemetry(config) as telemetry:
+        assert telemetry.prometheus_address == ("127.0.0.1", port)
+        for step in range(1, 4):
+            with rlsight.step_span(step):
+                with rlsight.span(RL.GENERATION, "rl.rollout.generate"):
+                    time.sleep(0.01)
+                with rlsight.efficiency_span("idle/buffer_starvation"):
+                    time.sleep(0.005)
+            summaries.append(rlsight.last_step_summary())
+            rlsight.tee_step_metrics(step, {"prom_test/loss": 1.0 / step, "prom_test/samples": 8})
+        idle = sum(s["rlsight/idle_s"] for s in summaries)
+        prom.wait_for('rl_goodput_seconds_total{rl_bucket="idle"}', idle)
+        prom.wait_for('rl_goodput_contributor_seconds_total{rl_contributor="idle/buffer_starvation"}', idle)
+        prom.wait_for("rl_goodput_pct_percent", summaries[-1]["rlsight/goodput_pct"])
+        # A gauge keeps its latest step's value; a counter adds up over steps.
+        prom.wait_for('prom_test_loss{rl_window="step"}', 1.0 / 3)
+        prom.wait_for("prom_test_samples_total", 24.0)
+        productive = prom.query('rl_goodput_seconds_total{rl_bucket="productive"}')
+        assert float(productive[0]["value"][1]) == pytest.approx(sum(s["rlsight/productive_s"] for s in summaries))
+        assert prom.query('{__name__=~"rl_.*|prom_test_.*", rl_step!=""}') == []
+        assert prom.query('up{job="rlsight"}')[0]["value"][1] == "1"
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+
+def test_the_endpoint_binds_loopback_by_default(tmp_path):
+    config = rlsight.TelemetryConfig(run_dir=str(tmp_path / "run"), strict=True, prometheus_port=0)
+    with rlsight.setup_telemetry(config) as telemetry:
+        assert telemetry.prometheus_address is not None
+        host, port = telemetry.prometheus_address
+        assert host == "127.0.0.1" and port > 0
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            assert resp.status == 200
+
+
+def test_a_taken_port_is_a_config_error_at_setup(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = rlsight.TelemetryConfig(run_dir=str(tmp_path / "run"), prometheus_port=port)
+        with pytest.raises(ConfigError, match=f"prometheus_port={port}: cannot listen on 127.0.0.1:{port}"):
+            rlsight.setup_telemetry(config)
+    assert rlsight.last_step_summary() == {}
+
+
+def test_the_port_comes_from_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("RLSIGHT_PROMETHEUS_PORT", "0")
+    monkeypatch.setenv("RLSIGHT_RUN_DIR", str(tmp_path / "run"))
+    with rlsight.setup_telemetry() as telemetry:
+        assert telemetry.prometheus_address is not None
+
+
+def test_workers_never_serve(tmp_path):
+    env = rlsight.TelemetryConfig(run_dir=str(tmp_path / "run"), prometheus_port=0).to_env()
+    worker = rlsight.init_worker(environ=env)
+    assert worker is not None
+    try:
+        with rlsight.span(RL.TRAINING, "rl.train.policy"):
+            pass
+        assert worker.prometheus_address is None
+    finally:
+        rlsight.shutdown_telemetry()
+
+
+@pytest.mark.parametrize("bad", [-1, 65536, True, "9464"])
+def test_a_port_outside_0_to_65535_is_refused(bad):
+    with pytest.raises(ConfigError, match="prometheus_port"):
+        rlsight.TelemetryConfig(prometheus_port=bad)

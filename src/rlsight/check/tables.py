@@ -126,6 +126,8 @@ GENERATORS: Final[dict[str, str]] = {
     "identity": "rlsight.check.tables:identity_table",
     "efficiency-categories": "rlsight.check.tables:efficiency_categories_table",
     "metrics": "rlsight.metrics:metrics_table",
+    "dashboard-panels": "rlsight.dashboards:panels_table",
+    "grafana-dashboard": "rlsight.dashboards:grafana_dashboard_block",
 }
 
 

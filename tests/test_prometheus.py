@@ -18,6 +18,8 @@ import pytest
 
 import rlsight
 from rlsight import RL, ConfigError, MetricSpec
+from rlsight.dashboards import PANELS, RATE, grafana_dashboard
+from rlsight.engines import EngineMetricsReader, record_engine_deltas
 
 pytestmark = pytest.mark.prometheus
 
@@ -26,6 +28,17 @@ rlsight.register_metric_group(_GROUP, [
     MetricSpec("prom_test.loss", "prom_test/loss", "gauge", "1", "Loss (Prometheus test)."),
     MetricSpec("prom_test.samples", "prom_test/samples", "counter", "{sample}", "Samples (test)."),
 ])
+
+
+class _VllmLike:
+    """vLLM's generation token counter in a registry of its own (the engine runs in the driver)."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter
+
+        self.registry = CollectorRegistry()
+        self.tokens = Counter("vllm:generation_tokens", "Generation tokens.", ["model_name"],
+                              registry=self.registry)
 
 
 def _free_port() -> int:
@@ -107,16 +120,27 @@ def test_a_real_prometheus_reads_goodput_and_teed_scalars(prometheus, tmp_path):
     config = rlsight.TelemetryConfig(run_dir=str(tmp_path / "run"), strict=True, span_groups=("all",),
                                      prometheus_port=port)
     summaries = []
+    engine = _VllmLike()
+    reader = EngineMetricsReader.from_registry(engine.registry, flavor="vllm")
+    reader.read_delta()
     with rlsight.setup_telemetry(config) as telemetry:
         assert telemetry.prometheus_address == ("127.0.0.1", port)
         for step in range(1, 4):
             with rlsight.step_span(step):
                 with rlsight.span(RL.GENERATION, "rl.rollout.generate"):
                     time.sleep(0.01)
+                    engine.tokens.labels("m").inc(100)
+                with rlsight.span(RL.REFIT, "rl.refit.push_weights"):
+                    time.sleep(0.003)
                 with rlsight.efficiency_span("idle/buffer_starvation"):
                     time.sleep(0.005)
             summaries.append(rlsight.last_step_summary())
             rlsight.tee_step_metrics(step, {"prom_test/loss": 1.0 / step, "prom_test/samples": 8})
+            record_engine_deltas(step, reader.read_delta(), engine="generation/0")
+            # Each step's total scraped before the next step, so rate() and increase() see
+            # the counters move.
+            prom.wait_for('rl_goodput_seconds_total{rl_bucket="idle"}',
+                          sum(s["rlsight/idle_s"] for s in summaries))
         idle = sum(s["rlsight/idle_s"] for s in summaries)
         prom.wait_for('rl_goodput_seconds_total{rl_bucket="idle"}', idle)
         prom.wait_for('rl_goodput_contributor_seconds_total{rl_contributor="idle/buffer_starvation"}', idle)
@@ -128,6 +152,16 @@ def test_a_real_prometheus_reads_goodput_and_teed_scalars(prometheus, tmp_path):
         assert float(productive[0]["value"][1]) == pytest.approx(sum(s["rlsight/productive_s"] for s in summaries))
         assert prom.query('{__name__=~"rl_.*|prom_test_.*", rl_step!=""}') == []
         assert prom.query('up{job="rlsight"}')[0]["value"][1] == "1"
+        prom.wait_for('rl_engine_generation_tokens_total{rl_engine_name="generation/0"}', 300.0)
+        # Every panel of docs/dashboards.md and of the Grafana dashboard reads data here.
+        exprs = [t["expr"] for p in grafana_dashboard()["panels"] for t in p["targets"]]
+        assert exprs == [p.expr for p in PANELS]
+        for expr in exprs:
+            assert prom.query(expr.replace(RATE, "1m")), expr
+        shares = prom.query(PANELS[0].expr.replace(RATE, "1m"))
+        assert {r["metric"]["rl_bucket"] for r in shares} == {
+            "productive", "overhead", "idle", "wasted", "unattributed"}
+        assert sum(float(r["value"][1]) for r in shares) == pytest.approx(1.0)
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
 

@@ -149,7 +149,8 @@ def test_a_real_prometheus_reads_goodput_and_teed_scalars(prometheus, tmp_path):
         prom.wait_for('prom_test_loss{rl_window="step"}', 1.0 / 3)
         prom.wait_for("prom_test_samples_total", 24.0)
         productive = prom.query('rl_goodput_seconds_total{rl_bucket="productive"}')
-        assert float(productive[0]["value"][1]) == pytest.approx(sum(s["rlsight/productive_s"] for s in summaries))
+        expected = sum(s["rlsight/productive_s"] for s in summaries)
+        assert float(productive[0]["value"][1]) == pytest.approx(expected)
         assert prom.query('{__name__=~"rl_.*|prom_test_.*", rl_step!=""}') == []
         assert prom.query('up{job="rlsight"}')[0]["value"][1] == "1"
         prom.wait_for('rl_engine_generation_tokens_total{rl_engine_name="generation/0"}', 300.0)

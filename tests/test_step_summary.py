@@ -10,6 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opentelemetry import trace
 
 import rlsight
 from rlsight import RL, Bucket
@@ -180,3 +183,83 @@ class TestLastStepSummary:
                 with rlsight.span(RL.TRAINING, "rl.train.policy"):
                     pass
             assert proc._ended == [] and proc._open_steps == {}
+
+
+# -- property: random span trees with explicit times -------------------------------------------
+
+_T0 = 1_700_000_000_000_000_000
+_BUCKET_CHOICES = (None, "productive", "overhead", "idle", "wasted")
+_node = st.tuples(st.integers(0, 90), st.integers(1, 60), st.sampled_from(_BUCKET_CHOICES),
+                  st.booleans())
+
+
+class _Spec:
+    def __init__(self, name, parent, start, end, depth, attrs):  # type: ignore[no-untyped-def]
+        self.name, self.parent, self.start, self.end = name, parent, start, end
+        self.depth, self.attrs, self.span = depth, attrs, None
+
+
+def _tree(specs, parent, lo, hi, nodes, depth, thread):  # type: ignore[no-untyped-def]
+    """Children of ``parent`` inside ``[lo, hi]``; siblings may overlap (concurrent tasks)."""
+    for offset, length, bucket, concurrent in nodes:
+        start = min(hi, lo + offset)
+        end = min(hi, start + length)
+        attrs = {"thread.id": thread, **({"rl.bucket": bucket} if bucket else {}),
+                 **({"rl.concurrent": True} if concurrent else {})}
+        spec = _Spec(f"rl.prop.d{depth}", parent, start, end, depth, attrs)
+        specs.append(spec)
+        if depth < 3:
+            _tree(specs, spec, start, end, nodes[: len(nodes) // 2], depth + 1, thread)
+
+
+@settings(max_examples=30, deadline=None)
+@given(steps=st.lists(st.lists(_node, min_size=1, max_size=6), min_size=1, max_size=3),
+       free=st.lists(st.tuples(st.integers(0, 400), st.integers(1, 150),
+                               st.sampled_from(_BUCKET_CHOICES)), max_size=4))
+def test_online_equals_offline_on_random_trees(tmp_path_factory, steps, free):
+    """Random nesting, equal-depth overlap, concurrent spans, another thread, and job-level
+    spans that straddle step boundaries (started and ended in time order, as a run would):
+    every step's online buckets equal the report's."""
+    run_dir = tmp_path_factory.mktemp("prop") / "run"
+    end_of_run = 100 * len(steps) + 600
+    job = _Spec("rl.job", None, 0, end_of_run, 0, {"thread.id": 1})
+    specs = [job]
+    for offset, length, bucket in free:
+        specs.append(_Spec("rl.prop.free", job, offset, offset + length, 1,
+                           {"thread.id": 1, **({"rl.bucket": bucket} if bucket else {})}))
+    step_specs = []
+    for n, nodes in enumerate(steps):
+        lo, hi = 100 * n + 10, 100 * n + 100
+        step = _Spec("rl.step", job, lo, hi, 1, {"thread.id": 1, "rl.step": n})
+        specs.append(step)
+        step_specs.append(step)
+        _tree(specs, step, lo, hi, nodes, 2, 1)
+        _tree(specs, step, lo, hi, nodes[:1], 2, 2)  # another thread: not the step's timeline
+    # Real time order: ends before starts at one instant (a zero-length span's end after its
+    # start), parents start first, children end first.
+    events = sorted([(sp.start, 1, sp.depth, i) for i, sp in enumerate(specs)]
+                    + [(sp.end, 2 if sp.end == sp.start else 0, -sp.depth, i)
+                       for i, sp in enumerate(specs)])
+    online = {}
+    telemetry = rlsight.setup_telemetry(_config(run_dir))
+    try:
+        tracer = telemetry.tracer
+        for t, kind, _, i in events:
+            sp = specs[i]
+            if kind == 1:
+                context = trace.set_span_in_context(sp.parent.span) if sp.parent else None
+                sp.span = tracer.start_span(sp.name, context=context, attributes=sp.attrs,
+                                            start_time=_T0 + t)
+            else:
+                sp.span.end(end_time=_T0 + t)
+                if sp in step_specs:
+                    online[sp.attrs["rl.step"]] = rlsight.last_step_summary()
+    finally:
+        rlsight.shutdown_telemetry()
+    from rlsight.analysis import analyze_run
+
+    report = analyze_run(run_dir)
+    assert [r.step for r in report.steps] == sorted(online)
+    for row in report.steps:
+        for bucket in BUCKETS:
+            assert online[row.step][f"rlsight/{bucket}_s"] == row.buckets.get(bucket) / 1e9, bucket

@@ -7,9 +7,11 @@ that step's timeline, inside the step's window, plus those ancestors to
 report will read for that step. What it keeps is bounded by one step's spans: whatever ended
 before the earliest step still open is dropped after each roll-up.
 
-Known difference from the report: an ancestor that ended before the step began (an async
-task whose parent finished earlier) is not kept, so its descendants count it as one missing
-level of depth, where the report sees the whole chain. rlsight's own helpers never do that.
+Spans still open when the step ends (its ancestors, and async tasks on its thread that
+outlive it) are handed over as ending now: inside the step's window that is exactly what they
+cover. Known difference from the report: an ancestor that ended before the step began (an
+async task whose parent finished earlier) is not kept, so its descendants count it as one
+missing level of depth, where the report sees the whole chain.
 """
 
 from __future__ import annotations
@@ -117,6 +119,11 @@ class StepRollupProcessor(SpanProcessor):
             if span_thread == thread and (s.end_time or 0) > lo and (s.start_time or 0) < hi:
                 chosen[sid] = s
         chosen[step_id] = step
+        # Spans still open on the step's thread that began inside its window (async tasks
+        # that outlive the step) cover the rest of the window, as the report will see.
+        for sid, s in self._open.items():
+            if (s.start_time or 0) < hi and _attributes(s).get(_THREAD) == thread:
+                chosen[sid] = s
         stack = list(chosen.values())
         while stack:
             parent = stack.pop().parent

@@ -263,3 +263,16 @@ def test_online_equals_offline_on_random_trees(tmp_path_factory, steps, free):
     for row in report.steps:
         for bucket in BUCKETS:
             assert online[row.step][f"rlsight/{bucket}_s"] == row.buckets.get(bucket) / 1e9, bucket
+
+
+def test_capture_telemetry_rolls_steps_up_like_the_driver():
+    """Users test their trainer's logging with rlsight.testing, without a run folder."""
+    from rlsight.testing import capture_telemetry
+
+    with capture_telemetry():
+        with rlsight.step_span(3):
+            with rlsight.efficiency_span("idle/barrier"):
+                time.sleep(0.002)
+        summary = rlsight.last_step_summary()
+    assert summary["rlsight/step"] == 3.0
+    assert summary["rlsight/idle/barrier_s"] == summary["rlsight/idle_s"] > 0

@@ -211,3 +211,41 @@ def test_workers_never_serve(tmp_path):
 def test_a_port_outside_0_to_65535_is_refused(bad):
     with pytest.raises(ConfigError, match="prometheus_port"):
         rlsight.TelemetryConfig(prometheus_port=bad)
+
+
+def test_every_scrape_serves_run_totals_even_when_nothing_changed():
+    """Delta collections folded into totals: a second scrape with no new step still serves
+    every series (Prometheus would mark a missing one stale), with unchanged values."""
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    from rlsight._prometheus import PrometheusEndpoint
+
+    endpoint = PrometheusEndpoint("127.0.0.1", 0)
+    provider = MeterProvider(metric_readers=[endpoint.reader])
+    try:
+        meter = provider.get_meter("t")
+        counter = meter.create_counter("t.seconds", "s")
+        gauge = meter.create_gauge("t.pct", "%")
+        histogram = meter.create_histogram("t.len", "{token}", explicit_bucket_boundaries_advisory=[1, 10])
+
+        def scrape() -> dict[str, str]:
+            url = f"http://127.0.0.1:{endpoint.port}/metrics"
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                lines = resp.read().decode().splitlines()
+            return {line.split("{")[0]: line.rsplit(" ", 1)[1] for line in lines
+                    if line.startswith("t_") and "rl_step" not in line and 'le="10.0"' not in line
+                    and 'le="1.0"' not in line}
+
+        for step in (1, 2):
+            counter.add(1.5, {"rl.step": step})
+            gauge.set(10.0 * step, {"rl.step": step})
+            histogram.record(5, {"rl.step": step})
+        first = scrape()
+        assert first["t_seconds_total"] == "3.0" and first["t_pct_percent"] == "20.0"
+        assert first["t_len_count"] == "2.0" and first["t_len_sum"] == "10.0"
+        assert scrape() == first
+        counter.add(1.0, {"rl.step": 3})
+        assert scrape()["t_seconds_total"] == "4.0"
+    finally:
+        provider.shutdown()
+        endpoint.close()

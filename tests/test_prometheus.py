@@ -20,14 +20,22 @@ import rlsight
 from rlsight import RL, ConfigError, MetricSpec
 from rlsight.dashboards import PANELS, RATE, grafana_dashboard
 from rlsight.engines import EngineMetricsReader, record_engine_deltas
+from rlsight.testing import isolated_metric_groups
 
 pytestmark = pytest.mark.prometheus
 
-_GROUP = "prom_test_trainer"
-rlsight.register_metric_group(_GROUP, [
+_SPECS = [
     MetricSpec("prom_test.loss", "prom_test/loss", "gauge", "1", "Loss (Prometheus test)."),
     MetricSpec("prom_test.samples", "prom_test/samples", "counter", "{sample}", "Samples (test)."),
-])
+]
+
+
+@pytest.fixture
+def trainer_group() -> Iterator[None]:
+    """The test's metric group, forgotten afterwards (the tee records every registered group)."""
+    with isolated_metric_groups():
+        rlsight.register_metric_group("prom_test_trainer", _SPECS)
+        yield
 
 
 class _VllmLike:
@@ -115,7 +123,7 @@ def prometheus(tmp_path: Path) -> Iterator[tuple[_Prometheus, int]]:
         proc.wait(timeout=10)
 
 
-def test_a_real_prometheus_reads_goodput_and_teed_scalars(prometheus, tmp_path):
+def test_a_real_prometheus_reads_goodput_and_teed_scalars(prometheus, trainer_group, tmp_path):
     prom, port = prometheus
     config = rlsight.TelemetryConfig(run_dir=str(tmp_path / "run"), strict=True, span_groups=("all",),
                                      prometheus_port=port)

@@ -5,7 +5,7 @@ PY := .venv/bin/python
 UV := $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
 UV_FLAGS := --system-certs
 
-.PHONY: venv test lint typecheck check bench demo clean browser
+.PHONY: venv test lint typecheck check bench demo clean browser prometheus
 
 venv: .venv/.synced
 .venv/.synced: pyproject.toml uv.lock
@@ -26,7 +26,12 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || { echo "installing Debian's chromium for the browser tests"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-test: venv browser
+# The Prometheus endpoint's test scrapes it with a real Prometheus server (Debian's package).
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 || { echo "installing Debian's prometheus for the scrape test"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; }
+
+test: venv browser prometheus
 	.venv/bin/ruff check --no-cache src tests benchmarks
 	.venv/bin/mypy
 	.venv/bin/rlsight check

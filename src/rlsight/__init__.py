@@ -69,6 +69,7 @@ from rlsight.spans import (
     umbrella_span,
     umbrella_traced,
 )
+from rlsight.step_summary import last_step_summary
 from rlsight.watchdog import StallHook, StallRecord
 
 try:
@@ -111,6 +112,7 @@ __all__ = [
     "init_worker",
     "is_span_group_enabled",
     "job_span",
+    "last_step_summary",
     "load_model_span",
     "per_prompt_scope",
     "ray_runtime_env",

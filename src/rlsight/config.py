@@ -36,7 +36,7 @@ class Setting:
     name: str
     env: str
     kind: Literal["bool", "int", "str", "optional_str", "groups", "protocol", "attributes",
-                  "optional_float"]
+                  "optional_float", "port"]
     default: str
     doc: str
     otel_env: tuple[str, ...] = ()
@@ -81,6 +81,12 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("stall_after_steps", "RLSIGHT_STALL_AFTER_STEPS", "optional_float", "none",
             "Stall watchdog (driver): no step ended for this many median step durations. "
             "With both set, a stall needs both."),
+    Setting("prometheus_port", "RLSIGHT_PROMETHEUS_PORT", "port", "none",
+            "Serve the driver's metrics at `http://<prometheus_host>:<port>/metrics` through "
+            "OpenTelemetry's Prometheus exporter (`rlsight[prometheus]`); `0` picks a free port. "
+            "Only the process that calls `setup_telemetry` serves."),
+    Setting("prometheus_host", "RLSIGHT_PROMETHEUS_HOST", "str", "`127.0.0.1`",
+            "Address the Prometheus endpoint binds; `0.0.0.0` exposes it to every network."),
 )
 _BY_NAME: Final = {s.name: s for s in SETTINGS}
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
@@ -121,6 +127,8 @@ class TelemetryConfig:
     strict: bool = False
     stall_after_s: float | None = None
     stall_after_steps: float | None = None
+    prometheus_port: int | None = None
+    prometheus_host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         for s in SETTINGS:
@@ -269,6 +277,10 @@ def _check(s: Setting, value: Any) -> Any:
     elif kind == "optional_str":
         if value is not None and not isinstance(value, str):
             raise _fail(s, value, "a str or None")
+    elif kind == "port":
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or not 0 <= value <= 65535):
+            raise _fail(s, value, "a port number 0-65535 (0 picks a free port) or None")
     elif kind == "protocol":
         if value not in _PROTOCOLS:
             raise _fail(s, value, " or ".join(repr(p) for p in _PROTOCOLS))
@@ -315,7 +327,7 @@ def _decode(s: Setting, raw: str, var: str) -> Any:
         if low in _FALSE:
             return False
         raise ConfigError(f"{var}={raw!r}: expected one of true/false, 1/0, yes/no, on/off")
-    if s.kind == "int":
+    if s.kind in ("int", "port"):
         try:
             return int(raw.strip())
         except ValueError:

@@ -139,7 +139,7 @@ _GROUPS: dict[str, tuple[MetricSpec, ...]] = {}
 _GROUPS_LOCK: Final = threading.Lock()
 
 #: Names rlsight records itself; a declared spec may not reuse them.
-_RESERVED_PREFIXES: Final = ("rl.efficiency.", "rl.engine.", "rl.metrics.", "gen_ai.")
+_RESERVED_PREFIXES: Final = ("rl.efficiency.", "rl.engine.", "rl.goodput.", "rl.metrics.", "gen_ai.")
 _RESERVED_NAMES: Final = frozenset({"rl.setup.duration"})
 
 
@@ -185,7 +185,7 @@ def register_metric_group(group: str, specs: Iterable[MetricSpec]) -> None:
             if spec.name in _RESERVED_NAMES or spec.name.startswith(_RESERVED_PREFIXES):
                 raise MetricSpecError(
                     f"metric group {group!r} declares {spec.name!r}, a name rlsight records "
-                    "itself; choose a name outside rl.efficiency.*, rl.engine.*, "
+                    "itself; choose a name outside rl.efficiency.*, rl.engine.*, rl.goodput.*, "
                     "rl.metrics.*, gen_ai.* and rl.setup.duration"
                 )
             if spec.name in owners:
@@ -552,6 +552,7 @@ _TEE_ATTRIBUTES: Final = f"`{STEP_ATTRIBUTE}`, `{WINDOW_ATTRIBUTE}` (when teed)"
 
 def _builtin_rows() -> list[list[str]]:
     from rlsight.engines import ENGINE_SERIES
+    from rlsight.step_summary import GOODPUT_CONTRIBUTOR_SECONDS, GOODPUT_PCT, GOODPUT_SECONDS
 
     engine_attrs = "`rl.step`, `rl.engine.name`"
     rows = [
@@ -562,6 +563,14 @@ def _builtin_rows() -> list[list[str]]:
         [f"`{SKIPPED}`", "counter", "`{point}`", f"`{_NAME}`, `{_REASON}`, + the record's", "—",
          "Declared values left out (reason `missing`, `not_a_number`, `not_finite`, "
          "`negative`); never recorded as 0."],
+        [f"`{GOODPUT_SECONDS}`", "counter", "`s`", "`rl.step`, `rl.bucket`", "—",
+         "Seconds of the driver's step in each bucket (`unattributed` too), as each step ends."],
+        [f"`{GOODPUT_PCT}`", "gauge", "`%`", "`rl.step`", "—",
+         "The step's productive share of its wall time (`rlsight/goodput_pct`)."],
+        [f"`{GOODPUT_CONTRIBUTOR_SECONDS}`", "counter", "`s`",
+         "`rl.step`, `rl.bucket`, `rl.contributor`", "—",
+         "Seconds of the step a span name or efficiency category decided (idle, overhead, "
+         "wasted)."],
         ["`rl.setup.duration`", "histogram", "`s`", "`phase`", "—",
          "Wall time of each startup phase (`setup_span`)."],
         [f"`{_GEN_AI_CLIENT_DURATION}`", "histogram", "`s`",

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
     from opentelemetry.trace import Tracer
 
+    from rlsight._prometheus import PrometheusEndpoint
     from rlsight.store._sink import FileSink
     from rlsight.watchdog import StallHook, Watchdog
 
@@ -130,8 +131,10 @@ class Telemetry:
         deferred: bool = False,
         span_processors: Sequence[SpanProcessor] = (),
         metric_readers: Sequence[MetricReader] = (),
+        driver: bool = False,
     ) -> None:
         self.config = config
+        self._driver = driver
         self._identity = identity
         self._extra_processors = tuple(span_processors)
         self._extra_readers = tuple(metric_readers)
@@ -158,7 +161,10 @@ class Telemetry:
         self._starts_sink: FileSink | None = None
         #: The stall watchdog (driver, when ``stall_after_s``/``stall_after_steps`` is set).
         self.watchdog: Watchdog | None = None
+        self._prometheus: PrometheusEndpoint | None = None
         self.resource_attributes: dict[str, Any] = {}
+        #: The last step's goodput (driver only); see :func:`rlsight.last_step_summary`.
+        self.last_step_summary: dict[str, float] = {}
         if not deferred:
             self._materialize()
 
@@ -209,6 +215,13 @@ class Telemetry:
             if resource_attributes:
                 self._identity.resource_attributes.update(resource_attributes)
             return True
+
+    @property
+    def prometheus_address(self) -> tuple[str, int] | None:
+        """``(host, port)`` the Prometheus endpoint listens on (the port actually bound when
+        ``prometheus_port=0``), or ``None`` when this process serves none."""
+        endpoint = self._prometheus
+        return None if endpoint is None else (endpoint.host, endpoint.port)
 
     @property
     def materialized(self) -> bool:
@@ -295,13 +308,25 @@ class Telemetry:
             tp = TracerProvider(resource=resource, shutdown_on_exit=False)
             readers: list[MetricReader] = []
             stem = _SAFE.sub("_", f"{self._identity.worker_group}-{self._identity.rank}-{os.getpid()}")
-            if self.config.local_store:
-                readers.append(self._build_local_store(tp, stem))
-            if self.config.otlp_endpoint:
-                self._otlp_metric_reader = self._build_otlp(tp)
-                readers.append(self._otlp_metric_reader)
+            if self._driver and self.config.prometheus_port is not None:
+                readers.append(self._build_prometheus())
+            try:
+                if self.config.local_store:
+                    readers.append(self._build_local_store(tp, stem))
+                if self.config.otlp_endpoint:
+                    self._otlp_metric_reader = self._build_otlp(tp)
+                    readers.append(self._otlp_metric_reader)
+            except BaseException:
+                if self._prometheus is not None:
+                    self._prometheus.close()
+                    self._prometheus = None
+                raise
             for processor in self._extra_processors:
                 tp.add_span_processor(processor)
+            if self._driver:
+                from rlsight._step_rollup import StepRollupProcessor
+
+                tp.add_span_processor(StepRollupProcessor(self))
             readers.extend(self._extra_readers)
             mp = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
             if self._local_metric_reader is not None:
@@ -373,6 +398,24 @@ class Telemetry:
             on_error=lambda exc: self.report_internal_error("store-live", exc),
         )
         tp.add_span_processor(StartRecordProcessor(self._starts))
+    def _build_prometheus(self) -> MetricReader:
+        host, port = self.config.prometheus_host, self.config.prometheus_port
+        try:
+            from rlsight._prometheus import PrometheusEndpoint
+        except ImportError as exc:
+            raise ConfigError(
+                f"TelemetryConfig.prometheus_port={port} needs OpenTelemetry's Prometheus "
+                "exporter: pip install 'rlsight[prometheus]' (or unset prometheus_port)"
+            ) from exc
+        assert port is not None
+        try:
+            self._prometheus = PrometheusEndpoint(host, port)
+        except OSError as exc:
+            raise ConfigError(
+                f"TelemetryConfig.prometheus_port={port}: cannot listen on {host}:{port} "
+                f"({exc.strerror or exc}); choose a free port (0 picks one) or unset it"
+            ) from exc
+        return self._prometheus.reader
 
     def _build_otlp(self, tp: TracerProvider) -> MetricReader:
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
@@ -537,6 +580,9 @@ class Telemetry:
                 assert mp is not None and tp is not None
                 ok = _bounded(lambda: _quiet(lambda: mp.shutdown(timeout_millis=left_ms())),
                               left_ms() / 1000) and ok
+                endpoint = self._prometheus
+                if endpoint is not None:
+                    ok = _bounded(lambda: _quiet(endpoint.close), left_ms() / 1000) and ok
                 for extra in self._extra_processors:
                     _bounded(functools.partial(_flush, extra, left_ms()), left_ms() / 1000)
                 ok = _bounded(lambda: _quiet(tp.shutdown), left_ms() / 1000) and ok
@@ -705,7 +751,7 @@ def setup_telemetry(
         _env_devices(),
         dict(resource_attributes or {}),
     )
-    telemetry = Telemetry(config, identity, deferred=True)
+    telemetry = Telemetry(config, identity, deferred=True, driver=True)
     if not config.enabled:
         return telemetry
     if _ACTIVE is not None:

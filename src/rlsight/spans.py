@@ -328,13 +328,16 @@ class _StepSpan(_LiveSpan):
         return super().start()
 
     def finish(self, exc: BaseException | None) -> None:
+        # The watchdog hears of the end before the span processors run: ending a step can
+        # take a while (the driver's goodput roll-up; its first call imports numpy), and that
+        # is not the run failing to make progress.
         span = self._span
-        super().finish(exc)
         rt = _runtime._ACTIVE
         if rt is not None and rt.watchdog is not None and span is not None:
-            start, end = getattr(span, "start_time", None), getattr(span, "end_time", None)
-            if start is not None and end is not None:
-                rt.watchdog.progress.ended_step((end - start) / 1e9)
+            start = getattr(span, "start_time", None)
+            if start is not None:
+                rt.watchdog.progress.ended_step((time.time_ns() - start) / 1e9)
+        super().finish(exc)
 
 
 def step_span(step: int, /, **attributes: Any) -> _LiveSpan | _NoopSpan:

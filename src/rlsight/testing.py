@@ -108,7 +108,9 @@ def capture_telemetry(
     Args:
         span_groups: The spec to enable (default: everything).
         run_dir: Local store folder; a temporary folder when omitted (removed afterwards).
-        worker_group: ``rl.worker_group`` of the captured process.
+        worker_group: ``rl.worker_group`` of the captured process. As ``driver`` (the
+            default) it rolls each ended step up, so :func:`rlsight.last_step_summary` works
+            inside the block.
         rank: ``rl.rank``.
         world_size: ``rl.world_size``.
         **config_overrides: Other :class:`~rlsight.TelemetryConfig` fields.
@@ -141,6 +143,7 @@ def capture_telemetry(
         _runtime._Identity(worker_group, rank, world_size),
         span_processors=[SimpleSpanProcessor(spans)],
         metric_readers=[metrics],
+        driver=worker_group == "driver",
     )
     try:
         _runtime._install(telemetry)

@@ -29,6 +29,7 @@ from rlsight import (
     trace_context_kwargs,
     traced,
 )
+from rlsight.dashboards import grafana_dashboard
 from rlsight.engines import EngineMetricsReader, record_engine_deltas
 
 
@@ -93,7 +94,12 @@ def run(config: TelemetryConfig) -> ShutdownReport:
                 assert total == 6
     register_metric_group("trainer", [MetricSpec("rl.train.loss", "train/loss", "gauge", "1", "Loss.")])
     record_metrics("trainer", {"train/loss": 0.5})
-    tee_step_metrics(3, {"train/loss": 0.4}, denominator_s=1.5)
+    summary: dict[str, float] = rlsight.last_step_summary()
+    tee_step_metrics(3, {"train/loss": 0.4, **summary}, denominator_s=1.5)
+    address: tuple[str, int] | None = telemetry.prometheus_address
+    assert address is None or address[1] > 0
+    dashboard: dict[str, object] = grafana_dashboard()
+    assert dashboard["panels"]
     kwargs = trace_context_kwargs()
     carrier = current_trace_carrier()
     collector_thread(carrier)

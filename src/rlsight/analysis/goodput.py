@@ -173,15 +173,22 @@ def run_partition(
 
 
 def contributors(
-    table: SpanTable, part: TimelinePartition, steps: Steps, *, top: int = 5,
+    table: SpanTable, part: TimelinePartition, steps: Steps, *, top: int | None = 5,
+    rows: I64 | None = None,
 ) -> list[Contributor]:
-    """Per bucket, the span names that decided the most controller time inside steps."""
-    counts = part.step_hi - part.step_lo
+    """Per bucket, the span names that decided the most controller time inside steps.
+
+    ``top`` keeps that many names per bucket (``None``: all); ``rows`` restricts the count to
+    those step rows (the driver's online rollup asks for the step that just ended).
+    """
+    chosen = np.arange(len(steps)) if rows is None else np.asarray(rows, dtype=np.int64)
+    lo, hi = part.step_lo[chosen], part.step_hi[chosen]
+    counts = hi - lo
     total = int(counts.sum())
     if total == 0:
         return []
-    rows = np.repeat(np.arange(len(steps)), counts)
-    seg = np.repeat(part.step_lo - _prefix(counts)[:-1], counts) + np.arange(total)
+    rows = np.repeat(chosen, counts)
+    seg = np.repeat(lo - _prefix(counts)[:-1], counts) + np.arange(total)
     owner = part.owner[seg]
     keep = owner >= 0
     rows, seg, owner = rows[keep], seg[keep], owner[keep]

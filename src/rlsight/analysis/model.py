@@ -51,6 +51,7 @@ __all__ = [
     "Volume",
     "Wasted",
     "WastedName",
+    "span_label",
 ]
 
 #: Version of the ``--json`` document. Bump on any change a consumer could notice.
@@ -58,6 +59,17 @@ SCHEMA_VERSION: Final = 1
 
 #: Bucket names in priority order (productive wins an equal-depth overlap, idle loses).
 BUCKET_NAMES: Final = ("productive", "wasted", "overhead", "idle")
+
+
+def span_label(name: str) -> str:
+    """A span name as reports and step summaries show it: efficiency spans by their category
+    (``rl.efficiency.idle.buffer_starvation`` -> ``idle/buffer_starvation``), as declared."""
+    prefix = "rl.efficiency."
+    if name.startswith(prefix):
+        bucket, _, reason = name[len(prefix):].partition(".")
+        if reason:
+            return f"{bucket}/{reason}"
+    return name
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,6 +83,7 @@ def configuration_table() -> str:
         "groups": "list of names",
         "protocol": "`http/protobuf` or `grpc`",
         "attributes": "mapping",
+        "port": "int or none",
     }
     rows = [
         [
@@ -125,6 +126,8 @@ GENERATORS: Final[dict[str, str]] = {
     "identity": "rlsight.check.tables:identity_table",
     "efficiency-categories": "rlsight.check.tables:efficiency_categories_table",
     "metrics": "rlsight.metrics:metrics_table",
+    "dashboard-panels": "rlsight.dashboards:panels_table",
+    "grafana-dashboard": "rlsight.dashboards:grafana_dashboard_block",
 }
 
 

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from rlsight.analysis.model import Engine, OpenSpan, PostMortem, ProcessState, RunReport
+from rlsight.analysis.model import (
+    Engine,
+    OpenSpan,
+    PostMortem,
+    ProcessState,
+    RunReport,
+    span_label,
+)
 
 __all__ = [
     "clock",
@@ -59,17 +66,6 @@ def count(value: float) -> str:
     if value == int(value):
         return f"{int(value)}"
     return f"{value:.1f}"
-
-
-def span_label(name: str) -> str:
-    """A span name as the report shows it: efficiency spans by their category
-    (``rl.efficiency.idle.buffer_starvation`` -> ``idle/buffer_starvation``), as declared."""
-    prefix = "rl.efficiency."
-    if name.startswith(prefix):
-        bucket, _, reason = name[len(prefix):].partition(".")
-        if reason:
-            return f"{bucket}/{reason}"
-    return name
 
 
 def engine_outcomes(engine: Engine) -> str:

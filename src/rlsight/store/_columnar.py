@@ -43,6 +43,7 @@ __all__ = [
     "SpanColumns",
     "read_span_columns",
     "span_columns_from_records",
+    "span_columns_from_rows",
 ]
 
 #: ``rl.bucket`` wire value -> code; the code is the equal-depth priority (higher wins).
@@ -346,17 +347,27 @@ def _hex_id(raw: object) -> int:
 
 def span_columns_from_records(records: Iterable[SpanRecord]) -> SpanColumns:
     """The same columns :func:`read_span_columns` reads, built from in-memory records."""
-    builder = _Builder()
+    resources: list[Mapping[str, AttributeValue]] = []
     by_resource: dict[int, int] = {}
-    processes: list[int] = []
     rows: list[_Row] = []
     for r in records:
         index = by_resource.get(id(r.resource))
         if index is None:
-            index = by_resource[id(r.resource)] = len(processes)
-            processes.append(builder.add_process(r.resource))
+            index = by_resource[id(r.resource)] = len(resources)
+            resources.append(r.resource)
         rows.append((r.trace_id, r.span_id, r.parent_span_id or "", r.name, r.start_ns, r.end_ns,
                      r.status_code, index, r.attributes))
+    return span_columns_from_rows(rows, resources)
+
+
+def span_columns_from_rows(
+    rows: list[_Row], resources: Sequence[Mapping[str, AttributeValue]],
+) -> SpanColumns:
+    """Columns from rows ``(trace id, span id, parent id or "", name, start, end, status,
+    resource index, attributes)`` with decoded attribute values, as the driver's online step
+    rollup hands them over straight from the SDK's spans (no :class:`SpanRecord` per span)."""
+    builder = _Builder()
+    processes = [builder.add_process(r) for r in resources]
     if rows:
         builder.add(_convert(rows, otlp=False), processes)
     return builder.finish()

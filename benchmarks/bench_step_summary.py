@@ -1,0 +1,103 @@
+"""What the driver's online per-step goodput costs (issue 17: at most 1 ms for 1,000 spans).
+
+1. The roll-up when a step of 1,000 spans ends (pick the step's spans, build the columns, run
+   the report's rollup, build the summary, record the ``rl.goodput.*`` metrics), next to what
+   creating those 1,000 spans costs the run in the first place (SDK start + end, local store
+   off), so the ratio says how much the online summary adds to a step.
+2. The per-span bookkeeping the processor does (``on_start`` + ``on_end`` while a step is
+   open), next to a bare ``dict`` set and pop.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _harness import compare, emit_json, parse_args, ratio_table
+
+import rlsight
+from rlsight import RL, TelemetryConfig
+from rlsight._step_rollup import StepRollupProcessor
+
+SPANS = 1_000
+
+
+def main() -> None:
+    args = parse_args()
+    rounds = 3 if args.quick else 9
+    telemetry = rlsight.setup_telemetry(TelemetryConfig(
+        run_dir=tempfile.mkdtemp(prefix="rlsight-bench-"), local_store=False, span_groups=("all",)))
+    tp = telemetry._tracer_provider
+    assert tp is not None
+    proc = next(p for p in tp._active_span_processor._span_processors
+                if isinstance(p, StepRollupProcessor))
+    tracer = telemetry.tracer
+    buckets = ("productive", "overhead", "idle")
+
+    def make_spans() -> None:
+        # 333 phases of 3 nested spans (a productive parent, an overhead and an idle child).
+        for i in range(SPANS // 3):
+            with rlsight.span(RL.GENERATION, "rl.rollout.generate"):
+                with rlsight.span(RL.REFIT, "rl.refit.push_weights"):
+                    pass
+                with rlsight.efficiency_span("idle/buffer_starvation"):
+                    pass
+            del i
+
+    with rlsight.job_span():
+        with rlsight.step_span(1) as step:
+            make_spans()
+            children = list(proc._ended)
+    assert len(children) == SPANS // 3 * 3 and step.end_time is not None  # type: ignore[attr-defined]
+    summary = rlsight.last_step_summary()
+    assert summary["rlsight/productive_s"] > 0, summary
+
+    step_id = step.get_span_context().span_id
+
+    def rollup() -> None:
+        proc._ended = list(children)
+        spans = proc._step_spans(step_id, step)  # type: ignore[arg-type]
+        proc._roll_up(step_id, step, spans)  # type: ignore[arg-type]
+
+    def create_spans() -> None:
+        make_spans()
+
+    results = compare({"online rollup of a 1,000-span step": rollup,
+                       "creating the step's 999 spans": create_spans},
+                      number=1, rounds=rounds, loop_overhead=False)
+
+    sample = tracer.start_span("rl.rollout.generate", attributes={"rl.bucket": buckets[0]})
+    sample.end()
+    table: dict[int, object] = {}
+    proc._open_steps[1] = 0
+
+    def bookkeeping() -> None:
+        proc.on_start(sample)  # type: ignore[arg-type]
+        proc.on_end(sample)
+        proc._ended.clear()
+
+    def dict_set_pop() -> None:
+        table[1] = sample
+        table.pop(1)
+
+    per_span = compare({"processor on_start + on_end": bookkeeping, "dict set + pop": dict_set_pop},
+                       number=2_000 if args.quick else 20_000, rounds=rounds)
+    proc._open_steps.clear()
+    rlsight.shutdown_telemetry()
+    results.update(per_span)
+    doc = ratio_table("online per-step goodput", results, [
+        ("rollup / creating the spans", "online rollup of a 1,000-span step",
+         "creating the step's 999 spans"),
+        ("per-span bookkeeping / dict", "processor on_start + on_end", "dict set + pop"),
+    ])
+    rollup_ms = results["online rollup of a 1,000-span step"].per_op_ns / 1e6
+    print(f"  online rollup of a {SPANS}-span step: {rollup_ms:.2f} ms (target <= 1 ms)")
+    if args.json:
+        emit_json({**doc, "rollup_ms": rollup_ms})
+
+
+if __name__ == "__main__":
+    main()

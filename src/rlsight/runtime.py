@@ -289,10 +289,12 @@ class Telemetry:
             from opentelemetry.sdk.trace import TracerProvider
 
             from rlsight import __version__
+            from rlsight._ids import SeedIndependentIdGenerator
 
             self.resource_attributes = self._resource_attributes()
             resource = Resource.create(self.resource_attributes)
-            tp = TracerProvider(resource=resource, shutdown_on_exit=False)
+            tp = TracerProvider(resource=resource, shutdown_on_exit=False,
+                                id_generator=SeedIndependentIdGenerator())
             readers: list[MetricReader] = []
             stem = _SAFE.sub("_", f"{self._identity.worker_group}-{self._identity.rank}-{os.getpid()}")
             if self.config.local_store:

@@ -139,7 +139,10 @@ def ray_runtime_env(config: TelemetryConfig, base: Mapping[str, Any] | None = No
     one warning.
 
     Args:
-        config: The run's config, as given to ``setup_telemetry`` in the driver.
+        config: The run's config, as given to ``setup_telemetry`` in the driver (or the
+            handle's ``config``: either gives the same projection). Fields it was not given
+            are resolved from ``RLSIGHT_*`` and ``OTEL_*`` variables first, exactly as
+            ``setup_telemetry`` does, so workers get the driver's effective settings.
         base: Your own runtime_env. Its env vars are kept (the config's ``RLSIGHT_*``
             projection wins over a variable of the same name) and its setup hook, a callable
             or a ``"module.function"`` name, runs right after rlsight's.
@@ -148,6 +151,10 @@ def ray_runtime_env(config: TelemetryConfig, base: Mapping[str, Any] | None = No
         A new dict; ``base`` is not modified. With ``config.enabled`` false it only carries
         the projection (so workers know telemetry is off) and ``base``'s own hook.
     """
+    # The settings setup_telemetry resolves, whatever their source: an endpoint given only as
+    # OTEL_EXPORTER_OTLP_ENDPOINT in the driver's shell must reach workers on other nodes,
+    # which do not inherit that shell (issue #18).
+    config = config.with_env_fallbacks()
     out = dict(base or {})
     env_vars = dict(out.get("env_vars") or {})
     env_vars.update(config.to_env())

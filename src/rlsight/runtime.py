@@ -299,9 +299,10 @@ class Telemetry:
             stem = _SAFE.sub("_", f"{self._identity.worker_group}-{self._identity.rank}-{os.getpid()}")
             if self.config.local_store:
                 readers.append(self._build_local_store(tp, stem))
-            if self.config.otlp_endpoint:
-                self._otlp_metric_reader = self._build_otlp(tp)
-                readers.append(self._otlp_metric_reader)
+            otlp_reader = self._build_otlp(tp)
+            if otlp_reader is not None:
+                self._otlp_metric_reader = otlp_reader
+                readers.append(otlp_reader)
             for processor in self._extra_processors:
                 tp.add_span_processor(processor)
             readers.extend(self._extra_readers)
@@ -376,56 +377,34 @@ class Telemetry:
         )
         tp.add_span_processor(StartRecordProcessor(self._starts))
 
-    def _build_otlp(self, tp: TracerProvider) -> MetricReader:
+    def _build_otlp(self, tp: TracerProvider) -> MetricReader | None:
+        """Exporters for each signal that has an endpoint; the metric reader, if any."""
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+        from opentelemetry.sdk.trace.export import SpanExportResult
 
         from rlsight.store._exporters import delta_temporality
 
-        endpoint = str(self.config.otlp_endpoint).rstrip("/")
         timeout_s = max(1.0, min(10.0, self.config.shutdown_timeout_ms / 1000))
-        if self.config.otlp_protocol == "grpc":
-            try:
-                from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
-                    OTLPMetricExporter as GrpcMetricExporter,
-                )
-                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-                    OTLPSpanExporter as GrpcSpanExporter,
-                )
-            except ImportError as exc:
-                raise ConfigError(
-                    "TelemetryConfig.otlp_protocol='grpc' needs the gRPC exporter: "
-                    "pip install 'rlsight[grpc]' (or use 'http/protobuf')"
-                ) from exc
-            target = endpoint.split("://", 1)[-1]
-            insecure = not endpoint.startswith("https://")
-            span_exporter: Any = GrpcSpanExporter(endpoint=target, insecure=insecure, timeout=timeout_s)
-            metric_exporter: Any = GrpcMetricExporter(
-                endpoint=target, insecure=insecure, timeout=timeout_s,
-                preferred_temporality=delta_temporality(),
-            )
-        else:
-            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        traces = self.config.otlp_signal_endpoint("traces")
+        if traces is not None:
+            span_exporter = _otlp_exporter("traces", self.config.otlp_signal_protocol("traces"),
+                                           traces, timeout_s)
 
-            span_exporter = OTLPSpanExporter(
-                endpoint=self.config.otlp_signal_endpoint("traces"), timeout=timeout_s
-            )
-            metric_exporter = OTLPMetricExporter(
-                endpoint=self.config.otlp_signal_endpoint("metrics"), timeout=timeout_s,
-                preferred_temporality=delta_temporality(),
-            )
-        from opentelemetry.sdk.trace.export import SpanExportResult
+            def export(batch: Any) -> bool:
+                return bool(span_exporter.export(batch) == SpanExportResult.SUCCESS)
 
-        def export(batch: Any) -> bool:
-            return bool(span_exporter.export(batch) == SpanExportResult.SUCCESS)
-
-        otlp = BatchingSpanProcessor(
-            export, name="otlp", interval_s=_OTLP_SPAN_INTERVAL_MS / 1000,
-            on_error=lambda exc: self.report_internal_error("otlp-export", exc),
-            close=span_exporter.shutdown,
-        )
-        self._processors.append(otlp)
-        tp.add_span_processor(otlp)
+            otlp = BatchingSpanProcessor(
+                export, name="otlp", interval_s=_OTLP_SPAN_INTERVAL_MS / 1000,
+                on_error=lambda exc: self.report_internal_error("otlp-export", exc),
+                close=span_exporter.shutdown,
+            )
+            self._processors.append(otlp)
+            tp.add_span_processor(otlp)
+        metrics = self.config.otlp_signal_endpoint("metrics")
+        if metrics is None:
+            return None
+        metric_exporter = _otlp_exporter("metrics", self.config.otlp_signal_protocol("metrics"),
+                                         metrics, timeout_s, preferred_temporality=delta_temporality())
         return PeriodicExportingMetricReader(metric_exporter, export_interval_millis=_OTLP_METRIC_INTERVAL_MS)
 
     # -- run-scoped state the helpers share ---------------------------------------------------
@@ -583,6 +562,49 @@ class Telemetry:
         self.shutdown()
 
 
+def _otlp_exporter(
+    signal: str, protocol: str, endpoint: str, timeout_s: float, **options: Any
+) -> Any:
+    """One OTLP exporter of ``signal`` (``traces`` or ``metrics``) for ``protocol``.
+
+    OpenTelemetry's Python SDK has no http/json exporter: ``http/json`` is sent as
+    http/protobuf to the same URL (OTLP/HTTP receivers such as the Collector take both on
+    one path), after one warning, rather than failing a run over an encoding.
+    """
+    if protocol == "grpc":
+        try:
+            if signal == "traces":
+                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+                    OTLPSpanExporter as GrpcExporter,
+                )
+            else:
+                from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+                    OTLPMetricExporter as GrpcExporter,
+                )
+        except ImportError as exc:
+            raise ConfigError(
+                "TelemetryConfig.otlp_protocol='grpc' needs the gRPC exporter: "
+                "pip install 'rlsight[grpc]' (or use 'http/protobuf')"
+            ) from exc
+        target = endpoint.split("://", 1)[-1]
+        return GrpcExporter(endpoint=target, insecure=not endpoint.startswith("https://"),
+                            timeout=timeout_s, **options)
+    if protocol == "http/json":
+        warn_once(
+            f"otlp-http-json:{signal}",
+            f"rlsight: OTLP protocol 'http/json' for {signal}: the Python OpenTelemetry SDK has "
+            f"no JSON exporter, so {signal} go to {endpoint} as http/protobuf (OTLP/HTTP "
+            "receivers such as the Collector accept both); set 'http/protobuf' to silence this",
+        )
+    if signal == "traces":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter(endpoint=endpoint, timeout=timeout_s, **options)
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+    return OTLPMetricExporter(endpoint=endpoint, timeout=timeout_s, **options)
+
+
 def _flush(processor: SpanProcessor, timeout_ms: int) -> bool:
     return bool(processor.force_flush(timeout_ms))
 
@@ -675,8 +697,9 @@ def setup_telemetry(
     """Set up telemetry in the driver (or any process that owns the run) and return it.
 
     Builds the tracer and meter providers, writes ``<run_dir>/manifest.json`` and turns on
-    the span groups of ``config.span_groups``. Standard ``OTEL_EXPORTER_OTLP_*`` variables
-    fill an endpoint or protocol the config leaves unset.
+    the span groups of ``config.span_groups``. Every field ``config`` was not given is read
+    from ``RLSIGHT_<FIELD>``, then from its standard ``OTEL_*`` variable, then defaulted
+    (explicit > ``RLSIGHT_*`` > ``OTEL_*`` > default); the handle's ``config`` is the result.
 
     The identity arguments name this process. Left out, each comes from its ``RLSIGHT_*``
     variable (``RLSIGHT_WORKER_GROUP``, ``RLSIGHT_RANK``, ``RLSIGHT_WORLD_SIZE``), so every

@@ -733,6 +733,14 @@ def setup_telemetry(
     telemetry = Telemetry(config, identity, deferred=True)
     if not config.enabled:
         return telemetry
+    if not config.span_groups:
+        warn_once(
+            "span-groups-empty",
+            "rlsight: span_groups is empty, so no span is emitted (only metrics are recorded); "
+            "name groups or a preset ('per_step', 'minimal'), or set enabled=False to turn "
+            "telemetry off",
+            stacklevel=2,
+        )
     if _ACTIVE is not None:
         _install(telemetry)  # raises the clear error
     if config.local_store:

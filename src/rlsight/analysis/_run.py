@@ -74,6 +74,11 @@ def _notes(table: SpanTable, controllers: Sequence[int], missing_numbers: int) -
         notes.append(f"{table.cycles} span(s) on a parent cycle (corrupt ids); treated as roots")
     if table.duplicates:
         notes.append(f"{table.duplicates} duplicate span record(s) (same trace and span id) ignored")
+    side = (cols.bucket >= 0) & cols.concurrent
+    if side.any():
+        seconds = float(table.duration[side].sum()) / 1e9
+        notes.append(f"{int(side.sum())} bucketed span(s) tagged rl.concurrent ({seconds:.3f} s) "
+                     "overlap other work of their timeline and are outside the partition")
     if cols.invalid_buckets:
         notes.append(f"{cols.invalid_buckets} span(s) with an unknown rl.bucket value, treated as "
                      "unbucketed; valid values: productive, overhead, idle, wasted")

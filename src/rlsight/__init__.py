@@ -55,6 +55,7 @@ from rlsight.runtime import (
     setup_telemetry,
     shutdown_telemetry,
 )
+from rlsight.discards import discard
 from rlsight.spans import (
     declare_efficiency_categories,
     declared_efficiency_categories,
@@ -105,6 +106,7 @@ __all__ = [
     "current_trace_carrier",
     "declare_efficiency_categories",
     "declared_efficiency_categories",
+    "discard",
     "dispatch_with_trace_context",
     "efficiency_span",
     "flush_telemetry",

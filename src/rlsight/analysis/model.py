@@ -24,6 +24,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "Buckets",
     "Contributor",
+    "Discarded",
     "Engine",
     "EngineStep",
     "FleetGroup",
@@ -326,8 +327,25 @@ class WastedName:
 
 
 @dataclass(frozen=True, slots=True)
+class Discarded:
+    """One :func:`rlsight.discard` call: earlier work charged to waste where it was dropped."""
+
+    step_index: int
+    """Row of the step that discarded the work (-1 outside every step)."""
+    step: int
+    """That step's ``rl.step`` number (-1 outside every step)."""
+    reason: str
+    groups: int
+    """Group ids the call named."""
+    groups_found: int
+    """Of those, how many had work tagged ``rl.group_id`` in the store."""
+    work_ns: int
+    """Partition time of that work (every timeline) moved from productive/overhead to wasted."""
+
+
+@dataclass(frozen=True, slots=True)
 class Wasted:
-    """Work that was thrown away: wasted-bucket spans and steps lost to restarts."""
+    """Work that was thrown away: wasted-bucket spans, discarded groups, restarted steps."""
 
     restarts: int
     """Times the step number went backwards (or repeated) between consecutive steps."""
@@ -335,8 +353,11 @@ class Wasted:
     """Indexes of step attempts a later step re-ran."""
     superseded_wall_ns: int
     by_step_ns: list[int]
-    """Wasted-bucket time on all timelines, per step index."""
+    """Wasted-bucket time on all timelines, per step index; discarded work counts in the
+    step that discarded it, not the step that produced it."""
     by_name: list[WastedName]
+    discarded: list[Discarded] = field(default_factory=list)
+    """Every ``rlsight.discard`` call, in time order."""
 
 
 @dataclass(frozen=True, slots=True)

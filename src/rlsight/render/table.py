@@ -134,6 +134,13 @@ def render_report(report: RunReport, console: Console) -> None:
         top = report.wasted.by_name[0] if report.wasted.by_name else None
         line(f"wasted       {secs(wasted)}s of wasted work on all ranks"
              + (f" (most: {top.name} {secs(top.total_ns)}s)" if top else ""))
+    reasons: dict[str, tuple[int, int]] = {}
+    for d in report.wasted.discarded:
+        calls, work = reasons.get(d.reason, (0, 0))
+        reasons[d.reason] = (calls + 1, work + d.work_ns)
+    for reason, (calls, work) in sorted(reasons.items(), key=lambda kv: (-kv[1][1], kv[0])):
+        line(f"discarded    {secs(work)}s of earlier work thrown away ({reason}, {calls} "
+             "discard call(s)); counted as wasted in the discarding steps")
     pm = report.postmortem
     summary = postmortem_summary(pm)
     line(f"open at end  {summary}", None if summary == "none" or pm is None else "red")

@@ -41,7 +41,7 @@ def test_span_ids_do_not_consume_the_users_random_stream(capture: Capture) -> No
 @pytest.mark.ray
 def test_seeded_ray_workers_emit_distinct_ids(ray_cluster: RayCluster) -> None:
     """Each Ray worker seeds random the same way; every span still reaches the store."""
-    from _seeded_actors import SeededRank
+    from _trap_actors import SeededRank
 
     ranks = [SeededRank.remote() for _ in range(2)]
     try:

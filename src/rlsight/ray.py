@@ -78,10 +78,26 @@ def _setup_worker() -> None:
             "RLSIGHT_* variables of its runtime_env",
         )
         return
-    if telemetry is not None and _runtime.ENV_WORKER_GROUP not in os.environ:
-        _propagation._first_call_hook = _bind_actor_identity
-        # An undecorated method (or __init__) may emit first: ask Ray then (issue #18).
-        _runtime._before_materialize = _bind_actor_identity_from_ray
+    if telemetry is None:
+        return
+    try:
+        if _runtime.ENV_WORKER_GROUP in os.environ:
+            # Identity is known (worker_options): build providers now, at process start, so
+            # the actor's first span does not pay for them inside step 1 (issue #9).
+            telemetry._materialize()
+        else:
+            # Named after its actor class on the first decorated call; until then only the
+            # imports can be paid for up front (most of the cost).
+            telemetry.preload()
+            _propagation._first_call_hook = _bind_actor_identity
+            # An undecorated method (or __init__) may emit first: ask Ray then (issue #18).
+            _runtime._before_materialize = _bind_actor_identity_from_ray
+    except Exception as exc:  # the guard: telemetry never costs the run a worker
+        warn_once(
+            "ray-worker-eager-setup",
+            f"rlsight: telemetry could not start in Ray worker pid {os.getpid()} "
+            f"({type(exc).__name__}: {exc}); this worker runs without it",
+        )
 
 
 def _bind_actor_identity(args: tuple[Any, ...]) -> None:

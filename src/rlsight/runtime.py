@@ -282,6 +282,25 @@ class Telemetry:
                 )
                 raise
 
+    def preload(self) -> None:
+        """Import what building the providers needs, without fixing the identity.
+
+        A deferred worker pays for the OpenTelemetry SDK imports on its first span, which
+        lands in step 1 (~50-150 ms per process, issue #9). The Ray setup hook calls this, so
+        that first span only builds the providers and opens the store files.
+        """
+        import opentelemetry.sdk.metrics
+        import opentelemetry.sdk.metrics.export
+        import opentelemetry.sdk.resources
+        import opentelemetry.sdk.trace  # noqa: F401
+
+        import rlsight._ids
+        import rlsight.store._exporters
+        import rlsight.store._sink  # noqa: F401
+
+        if self.config.otlp_signal_endpoint("traces") or self.config.otlp_signal_endpoint("metrics"):
+            import opentelemetry.sdk.trace.export  # noqa: F401
+
     def _build_providers(self) -> None:
         with self._lock:
             from opentelemetry.sdk.metrics import MeterProvider

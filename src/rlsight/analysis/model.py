@@ -37,6 +37,7 @@ __all__ = [
     "PhaseTotal",
     "PostMortem",
     "ProcessState",
+    "RankPair",
     "RankUsage",
     "RunReport",
     "RunSummary",
@@ -264,7 +265,7 @@ class Straggler:
     duration_ns: int
     median_ns: float
     mad_ns: float
-    """Median absolute deviation, floored at 1% of the median and 1 µs (see docs/goodput.md)."""
+    """Median absolute deviation, floored at 5% of the median and 1 µs (see docs/goodput.md)."""
     excess_mads: float
 
 
@@ -279,6 +280,29 @@ class InsufficientEvidence:
 
 
 @dataclass(frozen=True, slots=True)
+class RankPair:
+    """What a two-rank fleet can tell about one span name: which rank is slower, by how much.
+
+    Two ranks give no straggler verdict (either could be the odd one), but the slower one
+    and the gap are facts.
+    """
+
+    worker_group: str
+    name: str
+    steps: int
+    """Steps where both ranks ran the span with equal workloads."""
+    slower_rank: int
+    """The rank with the larger median time."""
+    faster_rank: int
+    slower_steps: int
+    """Steps in which ``slower_rank`` took longer."""
+    median_gap_ns: float
+    """Median over steps of (slower rank's time - faster rank's time); may be negative in some steps."""
+    median_gap_pct: float
+    """That gap as a percentage of the faster rank's median time."""
+
+
+@dataclass(frozen=True, slots=True)
 class Stragglers:
     """Straggler findings and the comparisons that had too little evidence."""
 
@@ -287,6 +311,8 @@ class Stragglers:
     """(step, span name, worker group) comparisons with enough evidence."""
     findings: list[Straggler]
     insufficient: list[InsufficientEvidence]
+    pairs: list[RankPair] = field(default_factory=list)
+    """Two-rank fleets: the slower rank and the gap, where no verdict is possible."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from rlsight.render._format import (
     postmortem_rows,
     postmortem_summary,
     secs,
+    short_time,
     span_label,
     startup_line,
     step_digits,
@@ -112,14 +113,21 @@ def render_report(report: RunReport, console: Console) -> None:
             f = max(group, key=lambda x: (x.duration_ns, x.name))
             label = "stragglers " if i == 0 else "           "
             more = f" and {len(group) - 1} more span name(s)" if len(group) > 1 else ""
-            line(f"{label}  step {f.step}: {f.worker_group}/{f.rank} {f.name} {secs(f.duration_ns)}s "
-                 f"vs median {secs(f.median_ns)}s (+{f.excess_mads:.1f} MAD){more}", "yellow")
+            slower = 100.0 * (f.duration_ns - f.median_ns) / f.median_ns if f.median_ns else 0.0
+            line(f"{label}  step {f.step}: {f.worker_group}/{f.rank} {f.name} "
+                 f"{short_time(f.duration_ns)} vs median {short_time(f.median_ns)} "
+                 f"(+{slower:.0f}%, +{f.excess_mads:.1f} MAD){more}", "yellow")
         if len(worst) > MAX_FINDINGS:
             line(f"             ... {len(worst) - MAX_FINDINGS} more (see --json or --html)")
     else:
         insufficient = sum(i.steps for i in s.insufficient)
         line(f"stragglers   none in {s.checks} comparison(s)"
              + (f"; {insufficient} with insufficient evidence" if insufficient else ""))
+    for i, p in enumerate(s.pairs[:MAX_FINDINGS]):
+        line(("two ranks    " if i == 0 else "             ")
+             + f"{p.worker_group} {p.name}: rank {p.slower_rank} slower in {p.slower_steps}/{p.steps} "
+             f"step(s), by {short_time(p.median_gap_ns)} median ({p.median_gap_pct:+.1f}%); "
+             "a straggler verdict needs 3 ranks")
     vol = volume_lines(report)
     for i, text in enumerate(vol):
         line(("volume       " if i == 0 else "             ") + text,

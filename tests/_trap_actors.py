@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import sys
+import time
 import warnings
 from typing import Any
 
@@ -55,6 +56,22 @@ class SetupProbe:
             warnings.simplefilter("always")
             work(**{TRACE_CONTEXT_KWARG: carrier})
         return [str(w.message) for w in caught]
+
+
+@ray.remote
+class RolloutWorker:
+    """Generates one rollout group per call, tagged with its group id; receives weights."""
+
+    @accepts_trace_context
+    def generate(self, group_id: str, seconds: float) -> str:
+        with span(RL.GENERATION, "rl.test.async.generate", group_id=group_id):
+            time.sleep(seconds)
+        return group_id
+
+    @accepts_trace_context
+    def refit(self, seconds: float) -> None:
+        with span(RL.REFIT, "rl.test.async.refit"):
+            time.sleep(seconds)
 
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -10,6 +10,7 @@ from importlib import metadata as _metadata
 
 from rlsight.buckets import Bucket, BucketName, bucket_scope, per_prompt_scope
 from rlsight.config import SETTINGS, Setting, TelemetryConfig
+from rlsight.discards import discard
 from rlsight.errors import (
     ConfigError,
     MetricSpecError,
@@ -55,7 +56,6 @@ from rlsight.runtime import (
     setup_telemetry,
     shutdown_telemetry,
 )
-from rlsight.discards import discard
 from rlsight.spans import (
     declare_efficiency_categories,
     declared_efficiency_categories,

@@ -292,7 +292,7 @@ class Telemetry:
         import opentelemetry.sdk.metrics
         import opentelemetry.sdk.metrics.export
         import opentelemetry.sdk.resources
-        import opentelemetry.sdk.trace  # noqa: F401
+        import opentelemetry.sdk.trace
 
         import rlsight._ids
         import rlsight.store._exporters
@@ -592,21 +592,26 @@ def _otlp_exporter(
     """
     if protocol == "grpc":
         try:
+            grpc_exporter: Any
             if signal == "traces":
                 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-                    OTLPSpanExporter as GrpcExporter,
+                    OTLPSpanExporter as GrpcSpanExporter,
                 )
+
+                grpc_exporter = GrpcSpanExporter
             else:
                 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
-                    OTLPMetricExporter as GrpcExporter,
+                    OTLPMetricExporter as GrpcMetricExporter,
                 )
+
+                grpc_exporter = GrpcMetricExporter
         except ImportError as exc:
             raise ConfigError(
                 "TelemetryConfig.otlp_protocol='grpc' needs the gRPC exporter: "
                 "pip install 'rlsight[grpc]' (or use 'http/protobuf')"
             ) from exc
         target = endpoint.split("://", 1)[-1]
-        return GrpcExporter(endpoint=target, insecure=not endpoint.startswith("https://"),
+        return grpc_exporter(endpoint=target, insecure=not endpoint.startswith("https://"),
                             timeout=timeout_s, **options)
     if protocol == "http/json":
         warn_once(

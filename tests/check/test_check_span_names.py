@@ -125,7 +125,8 @@ def test_helpers_imported_inside_a_function_are_followed(tmp_path: Path) -> None
         "        pass\n"
     )
     (tmp_path / "docs").mkdir()
-    (tmp_path / "docs" / "spans.md").write_text("| span | group |\n|---|---|\n| `myrl.other` | `training` |\n")
+    table = "| span | group |\n|---|---|\n| `myrl.other` | `training` |\n"
+    (tmp_path / "docs" / "spans.md").write_text(table)
     config = load_check_config(pyproject=tmp_path / "pyproject.toml").with_overrides(
         guards=("span-names",), cwd=tmp_path)
     problems = [v.problem for v in run_check(config).violations]

@@ -78,7 +78,7 @@ async def _controller(worker: Any) -> None:
 
 
 def test_async_controller_report(ray_cluster: RayCluster) -> None:
-    worker = RolloutWorker_options()
+    worker = _rollout_worker()
     try:
         ray.get(worker.refit.remote(0.0))  # the actor is up before the run starts
         with capture_telemetry(run_dir=ray_cluster.run_dir, run_id=ray_cluster.config.run_id) as cap:
@@ -111,7 +111,7 @@ def test_async_controller_report(ray_cluster: RayCluster) -> None:
                for g in mine if g.name == "rl.test.async.generate"}
     assert parents == {"g0": 1, "g1": 1, "g2": 2}
 
-def RolloutWorker_options() -> Any:  # noqa: N802 - reads as the actor it builds
+def _rollout_worker() -> Any:
     from _trap_actors import RolloutWorker
 
     return RolloutWorker.options(**worker_options(worker_group="rollout", rank=0)).remote()

@@ -14,12 +14,11 @@ attempts of those step numbers were lost with the crashed process; those steps a
 
 from __future__ import annotations
 
-import numpy as np
-
 import dataclasses
 from dataclasses import dataclass
 from typing import Final
 
+import numpy as np
 from numpy.typing import NDArray
 
 from rlsight.analysis._steps import Steps
@@ -69,20 +68,20 @@ def charge_discards(
                    key=lambda i: (int(cols.start[i]), int(i)))
     owner_of: dict[str, int] = {}
     raw_events: list[tuple[int, str, list[str]]] = []
-    for e, i in enumerate(calls):
-        attrs = cols.kept_attributes[int(i)]
-        ids = _id_list(attrs.get("rl.discard.group_ids"))
-        raw_events.append((int(i), str(attrs.get("rl.discard.reason", "")), ids))
+    for e, call in enumerate(calls):
+        record = cols.kept_attributes[int(call)]
+        ids = _id_list(record.get("rl.discard.group_ids"))
+        raw_events.append((int(call), str(record.get("rl.discard.reason", "")), ids))
         for gid in ids:
             owner_of.setdefault(gid, e)
     tagged = np.full(n, -1, dtype=np.int64)
     found: list[set[str]] = [set() for _ in raw_events]
-    for i, attrs in cols.kept_attributes.items():
-        gid = attrs.get(_GROUP_ID)
-        event = owner_of.get(str(gid)) if gid is not None else None
+    for index, kept in cols.kept_attributes.items():
+        tag = kept.get(_GROUP_ID)
+        event = owner_of.get(str(tag)) if tag is not None else None
         if event is not None:
-            tagged[i] = event
-            found[event].add(str(gid))
+            tagged[index] = event
+            found[event].add(str(tag))
     anchor = _nearest_marked(table.parent, tagged >= 0)
     event_of_span = np.where(anchor >= 0, tagged[np.maximum(anchor, 0)], -1)
     owner = part.owner
@@ -91,8 +90,8 @@ def charge_discards(
     work = np.zeros(len(raw_events), dtype=np.int64)
     np.add.at(work, seg_event[charged], part.cover.length[charged])
     events = []
-    for e, (i, reason, ids) in enumerate(raw_events):
-        row = int(steps.of_span[i])
+    for e, (call_index, reason, ids) in enumerate(raw_events):
+        row = int(steps.of_span[call_index])
         events.append(Discarded(
             step_index=row, step=int(steps.number[row]) if row >= 0 else -1, reason=reason,
             groups=len(set(ids)), groups_found=len(found[e]), work_ns=int(work[e]),

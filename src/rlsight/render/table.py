@@ -123,11 +123,11 @@ def render_report(report: RunReport, console: Console) -> None:
         insufficient = sum(i.steps for i in s.insufficient)
         line(f"stragglers   none in {s.checks} comparison(s)"
              + (f"; {insufficient} with insufficient evidence" if insufficient else ""))
-    for i, p in enumerate(s.pairs[:MAX_FINDINGS]):
+    for i, pair in enumerate(s.pairs[:MAX_FINDINGS]):
         line(("two ranks    " if i == 0 else "             ")
-             + f"{p.worker_group} {p.name}: rank {p.slower_rank} slower in {p.slower_steps}/{p.steps} "
-             f"step(s), by {short_time(p.median_gap_ns)} median ({p.median_gap_pct:+.1f}%); "
-             "a straggler verdict needs 3 ranks")
+             + f"{pair.worker_group} {pair.name}: rank {pair.slower_rank} slower in "
+             f"{pair.slower_steps}/{pair.steps} step(s), by {short_time(pair.median_gap_ns)} median "
+             f"({pair.median_gap_pct:+.1f}%); a straggler verdict needs 3 ranks")
     vol = volume_lines(report)
     for i, text in enumerate(vol):
         line(("volume       " if i == 0 else "             ") + text,

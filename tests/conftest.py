@@ -44,7 +44,10 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
         strict=True,
         shutdown_timeout_ms=2000,
     )
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env=ray_runtime_env(config))
+    # address="local": always a cluster of this session's own, never one another process on
+    # the machine left in /tmp/ray/ray_current_cluster (ray.init would join it).
+    ray.init(address="local", num_cpus=2, include_dashboard=False,
+             runtime_env=ray_runtime_env(config))
     try:
         yield RayCluster(config)
     finally:

@@ -16,7 +16,11 @@ from hypothesis import strategies as st
 from rlsight.config import SETTINGS, TelemetryConfig
 from rlsight.errors import ConfigError, RlsightWarning
 
-_OTEL_VARS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_SERVICE_NAME")
+_OTEL_VARS = (
+    "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_SERVICE_NAME",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -51,7 +55,7 @@ _configs = st.builds(
     run_dir=_env_text.map(lambda s: "/runs/" + s.replace("\x00", "")),
     span_groups=st.lists(_group_name, max_size=5).map(tuple),
     otlp_endpoint=st.none() | _env_text,
-    otlp_protocol=st.sampled_from(["http/protobuf", "grpc"]),
+    otlp_protocol=st.sampled_from(["http/protobuf", "http/json", "grpc"]),
     local_store=st.booleans(),
     service_name=_env_text.filter(bool),
     resource_attributes=st.dictionaries(_env_text, _attr_value, max_size=4),
@@ -59,6 +63,8 @@ _configs = st.builds(
     shutdown_timeout_ms=st.integers(min_value=1, max_value=2**63 - 1),
     algorithm=st.none() | _env_text,
     strict=st.booleans(),
+    otlp_traces_endpoint=st.none() | _env_text,
+    otlp_metrics_protocol=st.none() | st.sampled_from(["http/protobuf", "http/json", "grpc"]),
 )
 
 
@@ -78,6 +84,8 @@ class TestEnvRoundTrip:
         back = TelemetryConfig.from_env(config.to_env())
         assert back == config
         for f in dataclasses.fields(TelemetryConfig):
+            if not f.init:
+                continue
             assert _typed(getattr(back, f.name)) == _typed(getattr(config, f.name)), f.name
 
     @given(config=_configs)
@@ -104,7 +112,7 @@ class TestEnvRoundTrip:
 
     def test_settings_table_covers_every_field_once(self) -> None:
         names = [s.name for s in SETTINGS]
-        assert sorted(names) == sorted(f.name for f in dataclasses.fields(TelemetryConfig))
+        assert sorted(names) == sorted(f.name for f in dataclasses.fields(TelemetryConfig) if f.init)
         assert all(s.env == "RLSIGHT_" + s.name.upper() for s in SETTINGS)
 
 
@@ -297,8 +305,86 @@ class TestOtelFallbacks:
 
     def test_bad_otel_protocol_names_the_field(self) -> None:
         with pytest.raises(ConfigError, match="otlp_protocol"):
-            TelemetryConfig.from_env({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"})
+            TelemetryConfig.from_env({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/xml"})
 
     def test_nan_in_env_attributes_is_rejected(self) -> None:
         with pytest.raises(ConfigError, match="RLSIGHT_RESOURCE_ATTRIBUTES"):
             TelemetryConfig.from_env({"RLSIGHT_RESOURCE_ATTRIBUTES": '{"x": NaN}'})
+
+
+class TestPrecedence:
+    """explicit > RLSIGHT_* > OTEL_* > default, for a config built in code (issue #9.2)."""
+
+    def test_rlsight_variables_fill_fields_a_code_config_left_at_default(self) -> None:
+        config = TelemetryConfig(run_id="r").with_env_fallbacks(
+            {"RLSIGHT_ENABLED": "false", "RLSIGHT_SPAN_GROUPS": "minimal"})
+        assert config.enabled is False and config.span_groups == ("minimal",)
+
+    def test_explicit_fields_win_over_rlsight_variables(self) -> None:
+        config = TelemetryConfig(span_groups=("all",)).with_env_fallbacks(
+            {"RLSIGHT_SPAN_GROUPS": "minimal"})
+        assert config.span_groups == ("all",)
+
+    def test_explicit_value_equal_to_the_default_still_wins_over_otel(self) -> None:
+        """Passing service_name='rlsight' is a choice; OTEL_SERVICE_NAME must not replace it."""
+        config = TelemetryConfig(service_name="rlsight").with_env_fallbacks({"OTEL_SERVICE_NAME": "svc"})
+        assert config.service_name == "rlsight"
+
+    def test_rlsight_variable_wins_over_otel_for_a_code_config(self) -> None:
+        config = TelemetryConfig().with_env_fallbacks(
+            {"RLSIGHT_SERVICE_NAME": "mine", "OTEL_SERVICE_NAME": "theirs"})
+        assert config.service_name == "mine"
+
+    def test_given_names_what_was_passed_not_what_was_defaulted(self) -> None:
+        assert TelemetryConfig(service_name="rlsight").given == {"service_name"}
+        assert TelemetryConfig().given == frozenset()
+        assert TelemetryConfig.from_mapping({"algorithm": "grpo"}).given == {"algorithm"}
+
+    def test_a_run_id_from_the_environment_moves_a_defaulted_run_dir_with_it(self) -> None:
+        config = TelemetryConfig().with_env_fallbacks({"RLSIGHT_RUN_ID": "from-env"})
+        assert config.run_id == "from-env" and config.run_path.name == "from-env"
+
+    def test_a_generated_run_id_survives_resolution_and_changes(self) -> None:
+        config = TelemetryConfig()
+        assert config.with_env_fallbacks({}).run_id == config.run_id
+        assert config.with_changes(algorithm="ppo").run_id == config.run_id
+
+    def test_with_changes_keeps_the_record_of_what_was_given(self) -> None:
+        config = TelemetryConfig(service_name="mine").with_changes(algorithm="ppo")
+        assert config.given == {"service_name", "algorithm"}
+        assert config.with_env_fallbacks({"RLSIGHT_SPAN_GROUPS": "minimal"}).span_groups == ("minimal",)
+
+
+class TestOtlpSignals:
+    """Signal-specific OTEL_EXPORTER_OTLP_{TRACES,METRICS}_* and every OTel protocol value."""
+
+    def test_http_json_is_accepted(self) -> None:
+        config = TelemetryConfig.from_env({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"})
+        assert config.otlp_protocol == "http/json"
+
+    def test_signal_endpoint_is_used_as_given(self) -> None:
+        config = TelemetryConfig.from_env({
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://all:4318",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://traces:4318/custom",
+        })
+        assert config.otlp_signal_endpoint("traces") == "http://traces:4318/custom"
+        assert config.otlp_signal_endpoint("metrics") == "http://all:4318/v1/metrics"
+
+    def test_a_traces_endpoint_alone_sends_no_metrics(self) -> None:
+        config = TelemetryConfig.from_env({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t:4318/v1/traces"})
+        assert config.otlp_signal_endpoint("traces") == "http://t:4318/v1/traces"
+        assert config.otlp_signal_endpoint("metrics") is None
+
+    def test_signal_protocol_overrides_the_generic_one(self) -> None:
+        config = TelemetryConfig.from_env({
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317",
+            "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "grpc",
+        })
+        assert config.otlp_signal_protocol("metrics") == "grpc"
+        assert config.otlp_signal_protocol("traces") == "http/protobuf"
+        assert config.otlp_signal_endpoint("metrics") == "http://c:4317"
+
+    def test_otel_signal_variables_never_beat_an_explicit_endpoint(self) -> None:
+        config = TelemetryConfig(otlp_endpoint="http://mine:4318").with_env_fallbacks(
+            {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://theirs:4318/v1/traces"})
+        assert config.otlp_signal_endpoint("traces") == "http://mine:4318/v1/traces"

@@ -49,6 +49,46 @@ def _stored_resource(run_dir: Path) -> dict[str, Any]:
     return dict(spans[0].resource)
 
 
+class TestSettingsPrecedence:
+    """setup_telemetry(TelemetryConfig(...)) honours explicit > RLSIGHT_* > OTEL_* > default (#9.2)."""
+
+    def test_rlsight_enabled_false_turns_a_code_config_off(
+        self, run_dir: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv("RLSIGHT_ENABLED", "false")
+        telemetry = setup_telemetry(TelemetryConfig(run_id="r", run_dir=str(run_dir)))
+        assert not telemetry.config.enabled and active_runtime() is None
+        assert span("training", "rl.test.off") is _NOOP
+
+    def test_rlsight_span_groups_narrow_a_code_config(
+        self, run_dir: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv("RLSIGHT_SPAN_GROUPS", "minimal")
+        setup_telemetry(TelemetryConfig(run_id="r", run_dir=str(run_dir)))
+        assert is_span_group_enabled("step") and not is_span_group_enabled("training")
+
+    def test_otel_service_name_does_not_replace_an_explicit_one(
+        self, run_dir: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv("OTEL_SERVICE_NAME", "theirs")
+        telemetry = setup_telemetry(_config(run_dir, service_name="mine"))
+        assert telemetry.config.service_name == "mine"
+
+    def test_http_json_without_a_collector_sets_up(
+        self, run_dir: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+        telemetry = setup_telemetry(_config(run_dir))
+        assert telemetry.config.otlp_protocol == "http/json"
+
+    def test_a_metrics_only_endpoint_builds_no_span_exporter(
+        self, run_dir: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://127.0.0.1:9/v1/metrics")
+        telemetry = setup_telemetry(_config(run_dir))
+        assert [p.name for p in telemetry._processors] == ["store"]
+
+
 class TestSetup:
     def test_setup_activates_the_gate_with_the_configs_spec(self, run_dir: Path) -> None:
         telemetry = setup_telemetry(_config(run_dir, span_groups=("minimal",)))

@@ -902,3 +902,114 @@ def test_a_span_object_reused_after_its_block_starts_a_new_span(capture) -> None
             pass
     first, second = capture.spans()
     assert first.context.span_id != second.context.span_id
+
+
+# -- trust traps (issue #9) ---------------------------------------------------------------------
+
+class TestExplicitBucket:
+    """span(..., bucket=...) wins over the group's bucket and over bucket_scope (#9.4)."""
+
+    def test_explicit_bucket_wins_over_the_groups(self, capture: Capture) -> None:
+        with span("generation", "rl.test.explicit", bucket="wasted"):
+            pass
+        assert _one(capture, "rl.test.explicit").attributes["rl.bucket"] == "wasted"
+
+    def test_explicit_bucket_wins_over_a_bucket_scope(self, capture: Capture) -> None:
+        from rlsight.buckets import Bucket
+
+        with bucket_scope("overhead"), span("generation", "rl.test.explicit", bucket=Bucket.IDLE):
+            pass
+        assert _one(capture, "rl.test.explicit").attributes["rl.bucket"] == "idle"
+
+    def test_a_dotted_rl_bucket_attribute_is_honoured_too(self, capture: Capture) -> None:
+        with span("training", "rl.test.explicit", **{"rl.bucket": "overhead"}):
+            pass
+        assert _one(capture, "rl.test.explicit").attributes["rl.bucket"] == "overhead"
+
+    def test_an_invalid_bucket_warns_once_and_keeps_the_groups(self, capture: Capture) -> None:
+        with pytest.warns(RlsightWarning, match="not a bucket"):
+            with span("training", "rl.test.explicit", bucket="goodput"):
+                pass
+        assert _one(capture, "rl.test.explicit").attributes["rl.bucket"] == "productive"
+
+    def test_an_invalid_bucket_on_an_unbucketed_group_leaves_no_bucket(self, capture: Capture) -> None:
+        with pytest.warns(RlsightWarning, match="not a bucket"):
+            with span("per_prompt", "rl.test.explicit", bucket="goodput"):
+                pass
+        assert "rl.bucket" not in _one(capture, "rl.test.explicit").attributes
+
+    def test_an_umbrella_given_a_bucket_warns_and_stays_unbucketed(self, capture: Capture) -> None:
+        with pytest.warns(RlsightWarning, match="umbrella"):
+            with umbrella_span("rollout", "rl.test.umbrella", bucket="productive"):
+                pass
+        assert "rl.bucket" not in _one(capture, "rl.test.umbrella").attributes
+
+
+class TestUnknownGroups:
+    """A typo in a group name, or an empty spec, is said once, not silently ignored (#9.5)."""
+
+    def test_a_misspelt_group_warns_once_naming_the_registered_ones(self, capture: Capture) -> None:
+        with pytest.warns(RlsightWarning, match="'trainig' is not registered.*training"):
+            with span("trainig", "rl.test.typo"):
+                pass
+        with warnings_as_errors():
+            with span("trainig", "rl.test.typo"):
+                pass
+        assert "rl.test.typo" not in capture.span_names()
+
+    def test_a_misspelt_umbrella_group_warns(self, capture: Capture) -> None:
+        with pytest.warns(RlsightWarning, match="'stpe' is not registered"):
+            with umbrella_span("stpe", "rl.test.typo"):
+                pass
+
+    def test_decorating_with_a_misspelt_group_warns(self) -> None:
+        with pytest.warns(RlsightWarning, match="'rolout' is not registered"):
+            @traced("rolout")
+            def f() -> None:
+                return None
+
+    def test_a_registered_but_disabled_group_does_not_warn(self, run_dir: Any) -> None:
+        with capture_telemetry(run_dir=run_dir, span_groups=("minimal",)), warnings_as_errors():
+            assert span("training", "rl.test.off") is _NOOP
+
+    def test_an_empty_span_groups_list_warns_at_setup(self, run_dir: Any) -> None:
+        from rlsight import TelemetryConfig, setup_telemetry, shutdown_telemetry
+
+        with pytest.warns(RlsightWarning, match="span_groups is empty"):
+            setup_telemetry(TelemetryConfig(run_id="r", run_dir=str(run_dir), span_groups=()))
+        shutdown_telemetry()
+
+
+class TestConcurrentEfficiency:
+    """efficiency_span(..., concurrent=True) keeps its bucket and never partitions (#9.8)."""
+
+    def test_a_concurrent_wait_keeps_its_bucket_and_is_tagged(self, capture: Capture) -> None:
+        with efficiency_span("idle/refit_bubble", concurrent=True):
+            pass
+        attrs = _one(capture, "rl.efficiency.idle.refit_bubble").attributes
+        assert attrs["rl.bucket"] == "idle" and attrs["rl.concurrent"] is True
+        assert attrs["rl.efficiency.category"] == "idle/refit_bubble"
+
+    def test_a_concurrent_wait_still_feeds_the_efficiency_seconds(self, capture: Capture) -> None:
+        with efficiency_span("idle/refit_bubble", concurrent=True):
+            pass
+        assert capture.runtime.take_efficiency_seconds().get("idle/refit_bubble", 0) > 0
+
+    def test_span_of_the_efficiency_group_warns_that_it_records_no_bucket(self, capture: Capture) -> None:
+        with pytest.warns(RlsightWarning, match="efficiency_span"):
+            with span("efficiency", "rl.test.wait", concurrent=True):
+                pass
+
+
+class warnings_as_errors:
+    """Fail the block on any warning (the 'once' in warn-once)."""
+
+    def __enter__(self) -> None:
+        import warnings
+
+        self._cm = warnings.catch_warnings()
+        self._cm.__enter__()
+        warnings.simplefilter("error")
+
+    def __exit__(self, *exc: object) -> None:
+        self._cm.__exit__(*exc)

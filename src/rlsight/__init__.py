@@ -10,6 +10,7 @@ from importlib import metadata as _metadata
 
 from rlsight.buckets import Bucket, BucketName, bucket_scope, per_prompt_scope
 from rlsight.config import SETTINGS, Setting, TelemetryConfig
+from rlsight.discards import discard
 from rlsight.errors import (
     ConfigError,
     MetricSpecError,
@@ -106,6 +107,7 @@ __all__ = [
     "current_trace_carrier",
     "declare_efficiency_categories",
     "declared_efficiency_categories",
+    "discard",
     "dispatch_with_trace_context",
     "efficiency_span",
     "flush_telemetry",

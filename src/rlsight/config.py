@@ -4,7 +4,9 @@ The driver builds a config (from code, YAML or the environment) and projects it 
 ``RLSIGHT_*`` environment variables that Ray hands to every worker, which rebuilds the same
 config with :meth:`TelemetryConfig.from_env`. The round trip is exact: numbers stay numbers,
 lists stay lists. Precedence, highest first: an explicit argument, ``RLSIGHT_<FIELD>``, the
-standard ``OTEL_*`` variable where one exists, the default.
+standard ``OTEL_*`` variable where one exists, the default. A config remembers which fields
+were *given* (passed in code, in a mapping, or read from a variable) and which were left at
+their default, so a default never hides a variable (issue #9).
 """
 
 from __future__ import annotations
@@ -15,16 +17,17 @@ import os
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Final, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias, cast
 
 from rlsight.errors import ConfigError, warn_once
 
 __all__ = ["SETTINGS", "OtlpProtocol", "Setting", "TelemetryConfig"]
 
-OtlpProtocol: TypeAlias = Literal["http/protobuf", "grpc"]
-_PROTOCOLS: Final = ("http/protobuf", "grpc")
+OtlpProtocol: TypeAlias = Literal["http/protobuf", "http/json", "grpc"]
+#: Every value OpenTelemetry's ``OTEL_EXPORTER_OTLP_PROTOCOL`` accepts.
+_PROTOCOLS: Final = ("http/protobuf", "http/json", "grpc")
 _Scalar: TypeAlias = str | bool | int | float
 _AttrValue: TypeAlias = _Scalar | Sequence[_Scalar]
 
@@ -35,11 +38,16 @@ class Setting:
 
     name: str
     env: str
-    kind: Literal["bool", "int", "str", "optional_str", "groups", "protocol", "attributes",
-                  "optional_float", "port"]
+    kind: Literal[
+        "bool", "int", "str", "optional_str", "groups", "protocol", "optional_protocol",
+        "attributes", "optional_float", "port",
+    ]
     default: str
     doc: str
     otel_env: tuple[str, ...] = ()
+    #: A signal-specific setting's generic one: given in code or by ``RLSIGHT_*``, it keeps
+    #: this setting's ``OTEL_*`` variable out (an OTEL_* variable never beats rlsight's own).
+    generic: str | None = None
 
 
 #: The settings table: docs/configuration.md is generated from it, ``to_env``/``from_env`` use it.
@@ -58,8 +66,25 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "Base URL of an OTLP collector; spans and metrics go there as well as to the store.",
             ("OTEL_EXPORTER_OTLP_ENDPOINT",)),
     Setting("otlp_protocol", "RLSIGHT_OTLP_PROTOCOL", "protocol", "`http/protobuf`",
-            "`http/protobuf` or `grpc` (grpc needs the `rlsight[grpc]` extra).",
+            "`http/protobuf`, `http/json` or `grpc` (grpc needs the `rlsight[grpc]` extra). "
+            "The Python SDK has no JSON exporter: `http/json` is sent as `http/protobuf` to the "
+            "same URL, with one warning.",
             ("OTEL_EXPORTER_OTLP_PROTOCOL",)),
+    Setting("otlp_traces_endpoint", "RLSIGHT_OTLP_TRACES_ENDPOINT", "optional_str",
+            "`<otlp_endpoint>/v1/traces`",
+            "Full URL for spans only, used as given (no path added); set it alone to send "
+            "spans but no metrics.",
+            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",), generic="otlp_endpoint"),
+    Setting("otlp_metrics_endpoint", "RLSIGHT_OTLP_METRICS_ENDPOINT", "optional_str",
+            "`<otlp_endpoint>/v1/metrics`",
+            "Full URL for metrics only, used as given; set it alone to send metrics but no spans.",
+            ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",), generic="otlp_endpoint"),
+    Setting("otlp_traces_protocol", "RLSIGHT_OTLP_TRACES_PROTOCOL", "optional_protocol",
+            "`otlp_protocol`", "Protocol of the spans exporter, when it differs.",
+            ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",), generic="otlp_protocol"),
+    Setting("otlp_metrics_protocol", "RLSIGHT_OTLP_METRICS_PROTOCOL", "optional_protocol",
+            "`otlp_protocol`", "Protocol of the metrics exporter, when it differs.",
+            ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",), generic="otlp_protocol"),
     Setting("local_store", "RLSIGHT_LOCAL_STORE", "bool", "true",
             "Write OTLP/JSON lines to `<run_dir>/traces` and `<run_dir>/metrics`."),
     Setting("service_name", "RLSIGHT_SERVICE_NAME", "str", "`rlsight`",
@@ -93,6 +118,19 @@ _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"0", "false", "no", "off", ""})
 
 
+class _Default:
+    """The marker a field holds until ``__post_init__`` replaces it with the real default."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<default>"
+
+
+#: What a field is while nobody gave it a value; typed Any so each field keeps its own type.
+_UNSET: Final = cast(Any, _Default())
+
+
 def _default_run_id() -> str:
     slurm = os.environ.get("SLURM_JOB_ID")
     if slurm:
@@ -112,27 +150,38 @@ class TelemetryConfig:
             value and what is accepted.
     """
 
-    enabled: bool = True
-    run_id: str | None = None
-    run_dir: str | None = None
-    span_groups: tuple[str, ...] = ("per_step",)
-    otlp_endpoint: str | None = None
-    otlp_protocol: OtlpProtocol = "http/protobuf"
-    local_store: bool = True
-    service_name: str = "rlsight"
-    resource_attributes: Mapping[str, _AttrValue] = field(default_factory=dict)
-    engine_native_tracing: bool = False
-    shutdown_timeout_ms: int = 5000
-    algorithm: str | None = None
-    strict: bool = False
-    stall_after_s: float | None = None
-    stall_after_steps: float | None = None
-    prometheus_port: int | None = None
-    prometheus_host: str = "127.0.0.1"
+    enabled: bool = _UNSET
+    run_id: str | None = _UNSET
+    run_dir: str | None = _UNSET
+    span_groups: tuple[str, ...] = _UNSET
+    otlp_endpoint: str | None = _UNSET
+    otlp_protocol: OtlpProtocol = _UNSET
+    local_store: bool = _UNSET
+    service_name: str = _UNSET
+    resource_attributes: Mapping[str, _AttrValue] = _UNSET
+    engine_native_tracing: bool = _UNSET
+    shutdown_timeout_ms: int = _UNSET
+    algorithm: str | None = _UNSET
+    strict: bool = _UNSET
+    stall_after_s: float | None = _UNSET
+    stall_after_steps: float | None = _UNSET
+    prometheus_port: int | None = _UNSET
+    prometheus_host: str = _UNSET
+    otlp_traces_endpoint: str | None = _UNSET
+    otlp_metrics_endpoint: str | None = _UNSET
+    otlp_traces_protocol: OtlpProtocol | None = _UNSET
+    otlp_metrics_protocol: OtlpProtocol | None = _UNSET
+    _given: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        given = []
         for s in SETTINGS:
             value = getattr(self, s.name)
+            if value is _UNSET:
+                value = _DEFAULTS[s.name]
+                object.__setattr__(self, s.name, value)
+            else:
+                given.append(s.name)
             checked = _check(s, value)
             if checked is not value:
                 object.__setattr__(self, s.name, checked)
@@ -144,32 +193,73 @@ class TelemetryConfig:
             )
         run_dir = self.run_dir or os.path.join("rlsight-runs", str(self.run_id))
         object.__setattr__(self, "run_dir", str(Path(run_dir).expanduser().absolute()))
+        object.__setattr__(self, "_given", frozenset(given))
+
+    @property
+    def given(self) -> frozenset[str]:
+        """Names of the fields given a value (in code, a mapping or a variable), not defaulted."""
+        return self._given
 
     @property
     def run_path(self) -> Path:
         """``run_dir`` as a :class:`~pathlib.Path`."""
         return Path(str(self.run_dir))
 
+    def otlp_signal_protocol(self, signal: Literal["traces", "metrics"]) -> OtlpProtocol:
+        """The protocol of ``signal``'s exporter: its own setting, else ``otlp_protocol``."""
+        own: OtlpProtocol | None = getattr(self, f"otlp_{signal}_protocol")
+        return own or self.otlp_protocol
+
     def otlp_signal_endpoint(self, signal: Literal["traces", "metrics"]) -> str | None:
-        """Where an exporter of ``signal`` sends: ``<endpoint>/v1/<signal>`` over http/protobuf
-        (the OTLP/HTTP path convention), the endpoint itself over grpc; ``None`` without one."""
+        """Where an exporter of ``signal`` sends; ``None`` when nowhere.
+
+        A signal-specific endpoint is used as given (OpenTelemetry's rule). Otherwise the
+        base endpoint gets ``/v1/<signal>`` over HTTP (the OTLP/HTTP path convention) and is
+        used as is over grpc.
+        """
+        own: str | None = getattr(self, f"otlp_{signal}_endpoint")
+        if own:
+            return own
         if not self.otlp_endpoint:
             return None
         endpoint = self.otlp_endpoint.rstrip("/")
-        return f"{endpoint}/v1/{signal}" if self.otlp_protocol == "http/protobuf" else endpoint
+        return endpoint if self.otlp_signal_protocol(signal) == "grpc" else f"{endpoint}/v1/{signal}"
 
     def with_changes(self, **changes: Any) -> TelemetryConfig:
-        """A copy with ``changes`` applied (validated like the constructor)."""
-        return replace(self, **changes)
+        """A copy with ``changes`` applied (validated like the constructor); they count as given."""
+        unknown = sorted(set(changes) - set(_BY_NAME))
+        if unknown:
+            raise TypeError(f"TelemetryConfig.with_changes: unknown fields {unknown}")
+        return self._rebuild(changes, self._given | set(changes))
 
     def with_env_fallbacks(self, environ: Mapping[str, str] | None = None) -> TelemetryConfig:
-        """Fill fields left at their default from the standard ``OTEL_*`` variables."""
+        """Fill every field that was not given from ``RLSIGHT_<FIELD>``, then from ``OTEL_*``.
+
+        This is what :func:`~rlsight.setup_telemetry` and :func:`~rlsight.ray.ray_runtime_env`
+        apply to the config you pass: explicit > ``RLSIGHT_*`` > ``OTEL_*`` > default.
+
+        Raises:
+            ConfigError: a variable cannot be parsed; the message names the variable.
+        """
         env = os.environ if environ is None else environ
-        changes: dict[str, Any] = {}
-        for s in SETTINGS:
-            if s.otel_env and getattr(self, s.name) == _FIELD_DEFAULTS[s.name]:
-                _fill_from_otel(s, env, changes)
-        return replace(self, **changes) if changes else self
+        changes = _from_variables(env, skip=self._given)
+        if not changes:
+            return self
+        return self._rebuild(changes, self._given | set(changes))
+
+    def _rebuild(self, changes: Mapping[str, Any], given: frozenset[str] | set[str]) -> TelemetryConfig:
+        """A copy with ``changes``; fields outside ``given`` keep their value but stay defaulted.
+
+        A ``run_dir`` nobody gave follows the (possibly new) ``run_id``; a generated
+        ``run_id`` is kept, so every copy of one config names the same run.
+        """
+        values = {s.name: getattr(self, s.name) for s in SETTINGS}
+        values.update(changes)
+        if "run_dir" not in given:
+            values["run_dir"] = None
+        out = TelemetryConfig(**values)
+        object.__setattr__(out, "_given", frozenset(given))
+        return out
 
     def to_env(self) -> dict[str, str]:
         """Project the config into ``RLSIGHT_*`` variables (``None`` fields are left out)."""
@@ -188,16 +278,7 @@ class TelemetryConfig:
             ConfigError: a variable cannot be parsed; the message names the variable.
         """
         env = os.environ if environ is None else environ
-        kwargs: dict[str, Any] = {}
-        for s in SETTINGS:
-            raw = env.get(s.env)
-            if raw is not None:
-                kwargs[s.name] = _decode(s, raw, s.env)
-                continue
-            # Only a field with no RLSIGHT_ variable falls back to OTEL_*: a projected value
-            # equal to the default (service_name=rlsight) is still the driver's choice.
-            _fill_from_otel(s, env, kwargs)
-        return cls(**kwargs)
+        return cls(**_from_variables(env, skip=frozenset()))
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any]) -> TelemetryConfig:
@@ -206,7 +287,7 @@ class TelemetryConfig:
         Keys this version does not know (left over from an older config) are ignored with
         one warning that names them, so an old YAML keeps working.
         """
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls) if f.init}
         unknown = sorted(k for k in mapping if k not in known)
         if unknown:
             warn_once(
@@ -218,18 +299,44 @@ class TelemetryConfig:
         return cls(**{k: v for k, v in mapping.items() if k in known})
 
 
-_FIELD_DEFAULTS: Final[dict[str, Any]] = {
-    f.name: f.default for f in fields(TelemetryConfig) if f.default is not MISSING
+#: The value of each field nobody gave (``run_id``/``run_dir`` are then derived).
+_DEFAULTS: Final[dict[str, Any]] = {
+    "enabled": True, "run_id": None, "run_dir": None, "span_groups": ("per_step",),
+    "otlp_endpoint": None, "otlp_protocol": "http/protobuf", "local_store": True,
+    "service_name": "rlsight", "resource_attributes": {}, "engine_native_tracing": False,
+    "shutdown_timeout_ms": 5000, "algorithm": None, "strict": False,
+    "otlp_traces_endpoint": None, "otlp_metrics_endpoint": None,
+    "otlp_traces_protocol": None, "otlp_metrics_protocol": None,
+    "stall_after_s": None, "stall_after_steps": None,
+    "prometheus_port": None, "prometheus_host": "127.0.0.1",
 }
 
 
-def _fill_from_otel(s: Setting, env: Mapping[str, str], into: dict[str, Any]) -> None:
-    """Set ``into[s.name]`` from the first non-empty standard ``OTEL_*`` variable of ``s``."""
-    for var in s.otel_env:
-        raw = env.get(var)
-        if raw:
-            into[s.name] = _decode(s, raw.strip(), var)
-            return
+def _from_variables(env: Mapping[str, str], *, skip: frozenset[str]) -> dict[str, Any]:
+    """Field values from ``RLSIGHT_*``, then ``OTEL_*`` variables, for fields not in ``skip``.
+
+    Only a field with no ``RLSIGHT_`` variable falls back to ``OTEL_*``: a projected value
+    equal to the default (``service_name=rlsight``) is still the driver's choice. A
+    signal-specific ``OTEL_*`` variable stays out when its generic setting was given or set
+    by ``RLSIGHT_*``, since OTEL_* never beats rlsight's own settings.
+    """
+    out: dict[str, Any] = {}
+    for s in SETTINGS:
+        if s.name in skip:
+            continue
+        raw = env.get(s.env)
+        if raw is not None:
+            out[s.name] = _decode(s, raw, s.env)
+    ours = skip | set(out)
+    for s in SETTINGS:
+        if s.name in ours or (s.generic is not None and s.generic in ours):
+            continue
+        for var in s.otel_env:
+            raw = env.get(var)
+            if raw and raw.strip():
+                out[s.name] = _decode(s, raw.strip(), var)
+                break
+    return out
 
 
 def _fail(s: Setting, value: object, accepted: str) -> ConfigError:
@@ -281,8 +388,8 @@ def _check(s: Setting, value: Any) -> Any:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                   or not 0 <= value <= 65535):
             raise _fail(s, value, "a port number 0-65535 (0 picks a free port) or None")
-    elif kind == "protocol":
-        if value not in _PROTOCOLS:
+    elif kind == "protocol" or kind == "optional_protocol":
+        if value not in _PROTOCOLS and not (kind == "optional_protocol" and value is None):
             raise _fail(s, value, " or ".join(repr(p) for p in _PROTOCOLS))
     elif kind == "groups":
         if isinstance(value, str):

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import re
+import sys
 from collections.abc import Callable, Generator
 from typing import Any, Final, Protocol, TypeAlias, TypeVar, cast
 
@@ -123,7 +125,45 @@ def trace_context_kwargs() -> dict[str, TraceCarrier]:
     carrier = current_trace_carrier()
     if carrier is None:
         return {}
+    if not _ray_env_checked:
+        _check_ray_runtime_env()
     return {TRACE_CONTEXT_KWARG: carrier}
+
+
+# Whether the driver has looked at Ray's job runtime_env yet (once per process).
+_ray_env_checked = False
+
+
+def _check_ray_runtime_env() -> None:
+    """Warn once when the driver sends carriers into a Ray job without rlsight's runtime_env.
+
+    Without ``ray.init(runtime_env=ray_runtime_env(config))`` workers never set up telemetry:
+    the carriers arrive, every worker span is lost, and nothing else says so (issue #9).
+    """
+    global _ray_env_checked
+    _ray_env_checked = True
+    ray = sys.modules.get("ray")
+    if ray is None:
+        return
+    try:
+        if not ray.is_initialized():
+            _ray_env_checked = False  # Ray may start later: look again then
+            return
+        context = ray.get_runtime_context()
+        if getattr(getattr(context, "worker", None), "mode", None) != ray.SCRIPT_MODE:
+            return  # a worker: its own runtime_env is the driver's business
+        env_vars = context.runtime_env.get("env_vars") or {}
+    except (AttributeError, RuntimeError):
+        return
+    if not any(str(k).startswith("RLSIGHT_") for k in env_vars):
+        warn_once(
+            "ray-runtime-env-missing",
+            "rlsight: trace carriers are sent to Ray workers, but this Ray job was started "
+            "without rlsight's runtime_env, so workers never set up telemetry and their spans "
+            "are lost. Start Ray with ray.init(runtime_env=rlsight.ray.ray_runtime_env(config)) "
+            "(or merge it into your own runtime_env with ray_runtime_env(config, base=...))",
+            stacklevel=4,
+        )
 
 
 # Methods known to refuse the carrier (Ray's signature check), by "Class.method" name.
@@ -157,6 +197,8 @@ def dispatch_with_trace_context(method: _SupportsRemote, /, *args: Any, **kwargs
     carrier = current_trace_carrier()
     if carrier is None or TRACE_CONTEXT_KWARG in kwargs:
         return method.remote(*args, **kwargs)
+    if not _ray_env_checked:
+        _check_ray_runtime_env()
     if _undecorated and _method_name(method) in _undecorated:
         return method.remote(*args, **kwargs)
     kwargs[TRACE_CONTEXT_KWARG] = carrier
@@ -377,7 +419,18 @@ def _enter(carrier: object, where: str, args: tuple[Any, ...]) -> Context | None
     hook = _first_call_hook
     if hook is not None:
         hook(args)
-    if carrier is None or _runtime._ACTIVE is None:
+    if carrier is None:
+        return None
+    if _runtime._ACTIVE is None:
+        # A caller with telemetry on sent this; here nothing records it (issue #9).
+        warn_once(
+            "carrier-without-telemetry",
+            f"rlsight: {where} received a trace carrier in process {os.getpid()}, which has no "
+            "rlsight telemetry set up, so its spans are lost. Start Ray with "
+            "ray.init(runtime_env=rlsight.ray.ray_runtime_env(config)), or call "
+            "rlsight.init_worker() in processes you launch yourself",
+            stacklevel=4,
+        )
         return None
     return _carrier_context(carrier, where, 3)
 

@@ -78,10 +78,26 @@ def _setup_worker() -> None:
             "RLSIGHT_* variables of its runtime_env",
         )
         return
-    if telemetry is not None and _runtime.ENV_WORKER_GROUP not in os.environ:
-        _propagation._first_call_hook = _bind_actor_identity
-        # An undecorated method (or __init__) may emit first: ask Ray then (issue #18).
-        _runtime._before_materialize = _bind_actor_identity_from_ray
+    if telemetry is None:
+        return
+    try:
+        if _runtime.ENV_WORKER_GROUP in os.environ:
+            # Identity is known (worker_options): build providers now, at process start, so
+            # the actor's first span does not pay for them inside step 1 (issue #9).
+            telemetry._materialize()
+        else:
+            # Named after its actor class on the first decorated call; until then only the
+            # imports can be paid for up front (most of the cost).
+            telemetry.preload()
+            _propagation._first_call_hook = _bind_actor_identity
+            # An undecorated method (or __init__) may emit first: ask Ray then (issue #18).
+            _runtime._before_materialize = _bind_actor_identity_from_ray
+    except Exception as exc:  # the guard: telemetry never costs the run a worker
+        warn_once(
+            "ray-worker-eager-setup",
+            f"rlsight: telemetry could not start in Ray worker pid {os.getpid()} "
+            f"({type(exc).__name__}: {exc}); this worker runs without it",
+        )
 
 
 def _bind_actor_identity(args: tuple[Any, ...]) -> None:
@@ -139,7 +155,10 @@ def ray_runtime_env(config: TelemetryConfig, base: Mapping[str, Any] | None = No
     one warning.
 
     Args:
-        config: The run's config, as given to ``setup_telemetry`` in the driver.
+        config: The run's config, as given to ``setup_telemetry`` in the driver (or the
+            handle's ``config``: either gives the same projection). Fields it was not given
+            are resolved from ``RLSIGHT_*`` and ``OTEL_*`` variables first, exactly as
+            ``setup_telemetry`` does, so workers get the driver's effective settings.
         base: Your own runtime_env. Its env vars are kept (the config's ``RLSIGHT_*``
             projection wins over a variable of the same name) and its setup hook, a callable
             or a ``"module.function"`` name, runs right after rlsight's.
@@ -148,6 +167,10 @@ def ray_runtime_env(config: TelemetryConfig, base: Mapping[str, Any] | None = No
         A new dict; ``base`` is not modified. With ``config.enabled`` false it only carries
         the projection (so workers know telemetry is off) and ``base``'s own hook.
     """
+    # The settings setup_telemetry resolves, whatever their source: an endpoint given only as
+    # OTEL_EXPORTER_OTLP_ENDPOINT in the driver's shell must reach workers on other nodes,
+    # which do not inherit that shell (issue #18).
+    config = config.with_env_fallbacks()
     out = dict(base or {})
     env_vars = dict(out.get("env_vars") or {})
     env_vars.update(config.to_env())

@@ -295,6 +295,25 @@ class Telemetry:
                 )
                 raise
 
+    def preload(self) -> None:
+        """Import what building the providers needs, without fixing the identity.
+
+        A deferred worker pays for the OpenTelemetry SDK imports on its first span, which
+        lands in step 1 (~50-150 ms per process, issue #9). The Ray setup hook calls this, so
+        that first span only builds the providers and opens the store files.
+        """
+        import opentelemetry.sdk.metrics
+        import opentelemetry.sdk.metrics.export
+        import opentelemetry.sdk.resources
+        import opentelemetry.sdk.trace
+
+        import rlsight._ids
+        import rlsight.store._exporters
+        import rlsight.store._sink  # noqa: F401
+
+        if self.config.otlp_signal_endpoint("traces") or self.config.otlp_signal_endpoint("metrics"):
+            import opentelemetry.sdk.trace.export  # noqa: F401
+
     def _build_providers(self) -> None:
         with self._lock:
             from opentelemetry.sdk.metrics import MeterProvider
@@ -302,10 +321,12 @@ class Telemetry:
             from opentelemetry.sdk.trace import TracerProvider
 
             from rlsight import __version__
+            from rlsight._ids import SeedIndependentIdGenerator
 
             self.resource_attributes = self._resource_attributes()
             resource = Resource.create(self.resource_attributes)
-            tp = TracerProvider(resource=resource, shutdown_on_exit=False)
+            tp = TracerProvider(resource=resource, shutdown_on_exit=False,
+                                id_generator=SeedIndependentIdGenerator())
             readers: list[MetricReader] = []
             stem = _SAFE.sub("_", f"{self._identity.worker_group}-{self._identity.rank}-{os.getpid()}")
             if self._driver and self.config.prometheus_port is not None:
@@ -313,9 +334,10 @@ class Telemetry:
             try:
                 if self.config.local_store:
                     readers.append(self._build_local_store(tp, stem))
-                if self.config.otlp_endpoint:
-                    self._otlp_metric_reader = self._build_otlp(tp)
-                    readers.append(self._otlp_metric_reader)
+                otlp_reader = self._build_otlp(tp)
+                if otlp_reader is not None:
+                    self._otlp_metric_reader = otlp_reader
+                    readers.append(otlp_reader)
             except BaseException:
                 if self._prometheus is not None:
                     self._prometheus.close()
@@ -398,6 +420,7 @@ class Telemetry:
             on_error=lambda exc: self.report_internal_error("store-live", exc),
         )
         tp.add_span_processor(StartRecordProcessor(self._starts))
+
     def _build_prometheus(self) -> MetricReader:
         host, port = self.config.prometheus_host, self.config.prometheus_port
         try:
@@ -417,56 +440,34 @@ class Telemetry:
             ) from exc
         return self._prometheus.reader
 
-    def _build_otlp(self, tp: TracerProvider) -> MetricReader:
+    def _build_otlp(self, tp: TracerProvider) -> MetricReader | None:
+        """Exporters for each signal that has an endpoint; the metric reader, if any."""
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+        from opentelemetry.sdk.trace.export import SpanExportResult
 
         from rlsight.store._exporters import delta_temporality
 
-        endpoint = str(self.config.otlp_endpoint).rstrip("/")
         timeout_s = max(1.0, min(10.0, self.config.shutdown_timeout_ms / 1000))
-        if self.config.otlp_protocol == "grpc":
-            try:
-                from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
-                    OTLPMetricExporter as GrpcMetricExporter,
-                )
-                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-                    OTLPSpanExporter as GrpcSpanExporter,
-                )
-            except ImportError as exc:
-                raise ConfigError(
-                    "TelemetryConfig.otlp_protocol='grpc' needs the gRPC exporter: "
-                    "pip install 'rlsight[grpc]' (or use 'http/protobuf')"
-                ) from exc
-            target = endpoint.split("://", 1)[-1]
-            insecure = not endpoint.startswith("https://")
-            span_exporter: Any = GrpcSpanExporter(endpoint=target, insecure=insecure, timeout=timeout_s)
-            metric_exporter: Any = GrpcMetricExporter(
-                endpoint=target, insecure=insecure, timeout=timeout_s,
-                preferred_temporality=delta_temporality(),
-            )
-        else:
-            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        traces = self.config.otlp_signal_endpoint("traces")
+        if traces is not None:
+            span_exporter = _otlp_exporter("traces", self.config.otlp_signal_protocol("traces"),
+                                           traces, timeout_s)
 
-            span_exporter = OTLPSpanExporter(
-                endpoint=self.config.otlp_signal_endpoint("traces"), timeout=timeout_s
-            )
-            metric_exporter = OTLPMetricExporter(
-                endpoint=self.config.otlp_signal_endpoint("metrics"), timeout=timeout_s,
-                preferred_temporality=delta_temporality(),
-            )
-        from opentelemetry.sdk.trace.export import SpanExportResult
+            def export(batch: Any) -> bool:
+                return bool(span_exporter.export(batch) == SpanExportResult.SUCCESS)
 
-        def export(batch: Any) -> bool:
-            return bool(span_exporter.export(batch) == SpanExportResult.SUCCESS)
-
-        otlp = BatchingSpanProcessor(
-            export, name="otlp", interval_s=_OTLP_SPAN_INTERVAL_MS / 1000,
-            on_error=lambda exc: self.report_internal_error("otlp-export", exc),
-            close=span_exporter.shutdown,
-        )
-        self._processors.append(otlp)
-        tp.add_span_processor(otlp)
+            otlp = BatchingSpanProcessor(
+                export, name="otlp", interval_s=_OTLP_SPAN_INTERVAL_MS / 1000,
+                on_error=lambda exc: self.report_internal_error("otlp-export", exc),
+                close=span_exporter.shutdown,
+            )
+            self._processors.append(otlp)
+            tp.add_span_processor(otlp)
+        metrics = self.config.otlp_signal_endpoint("metrics")
+        if metrics is None:
+            return None
+        metric_exporter = _otlp_exporter("metrics", self.config.otlp_signal_protocol("metrics"),
+                                         metrics, timeout_s, preferred_temporality=delta_temporality())
         return PeriodicExportingMetricReader(metric_exporter, export_interval_millis=_OTLP_METRIC_INTERVAL_MS)
 
     # -- run-scoped state the helpers share ---------------------------------------------------
@@ -627,6 +628,54 @@ class Telemetry:
         self.shutdown()
 
 
+def _otlp_exporter(
+    signal: str, protocol: str, endpoint: str, timeout_s: float, **options: Any
+) -> Any:
+    """One OTLP exporter of ``signal`` (``traces`` or ``metrics``) for ``protocol``.
+
+    OpenTelemetry's Python SDK has no http/json exporter: ``http/json`` is sent as
+    http/protobuf to the same URL (OTLP/HTTP receivers such as the Collector take both on
+    one path), after one warning, rather than failing a run over an encoding.
+    """
+    if protocol == "grpc":
+        try:
+            grpc_exporter: Any
+            if signal == "traces":
+                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+                    OTLPSpanExporter as GrpcSpanExporter,
+                )
+
+                grpc_exporter = GrpcSpanExporter
+            else:
+                from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+                    OTLPMetricExporter as GrpcMetricExporter,
+                )
+
+                grpc_exporter = GrpcMetricExporter
+        except ImportError as exc:
+            raise ConfigError(
+                "TelemetryConfig.otlp_protocol='grpc' needs the gRPC exporter: "
+                "pip install 'rlsight[grpc]' (or use 'http/protobuf')"
+            ) from exc
+        target = endpoint.split("://", 1)[-1]
+        return grpc_exporter(endpoint=target, insecure=not endpoint.startswith("https://"),
+                            timeout=timeout_s, **options)
+    if protocol == "http/json":
+        warn_once(
+            f"otlp-http-json:{signal}",
+            f"rlsight: OTLP protocol 'http/json' for {signal}: the Python OpenTelemetry SDK has "
+            f"no JSON exporter, so {signal} go to {endpoint} as http/protobuf (OTLP/HTTP "
+            "receivers such as the Collector accept both); set 'http/protobuf' to silence this",
+        )
+    if signal == "traces":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter(endpoint=endpoint, timeout=timeout_s, **options)
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+    return OTLPMetricExporter(endpoint=endpoint, timeout=timeout_s, **options)
+
+
 def _flush(processor: SpanProcessor, timeout_ms: int) -> bool:
     return bool(processor.force_flush(timeout_ms))
 
@@ -719,8 +768,9 @@ def setup_telemetry(
     """Set up telemetry in the driver (or any process that owns the run) and return it.
 
     Builds the tracer and meter providers, writes ``<run_dir>/manifest.json`` and turns on
-    the span groups of ``config.span_groups``. Standard ``OTEL_EXPORTER_OTLP_*`` variables
-    fill an endpoint or protocol the config leaves unset.
+    the span groups of ``config.span_groups``. Every field ``config`` was not given is read
+    from ``RLSIGHT_<FIELD>``, then from its standard ``OTEL_*`` variable, then defaulted
+    (explicit > ``RLSIGHT_*`` > ``OTEL_*`` > default); the handle's ``config`` is the result.
 
     The identity arguments name this process. Left out, each comes from its ``RLSIGHT_*``
     variable (``RLSIGHT_WORKER_GROUP``, ``RLSIGHT_RANK``, ``RLSIGHT_WORLD_SIZE``), so every
@@ -754,6 +804,14 @@ def setup_telemetry(
     telemetry = Telemetry(config, identity, deferred=True, driver=True)
     if not config.enabled:
         return telemetry
+    if not config.span_groups:
+        warn_once(
+            "span-groups-empty",
+            "rlsight: span_groups is empty, so no span is emitted (only metrics are recorded); "
+            "name groups or a preset ('per_step', 'minimal'), or set enabled=False to turn "
+            "telemetry off",
+            stacklevel=2,
+        )
     if _ACTIVE is not None:
         _install(telemetry)  # raises the clear error
     if config.local_store:

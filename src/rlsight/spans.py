@@ -61,6 +61,7 @@ _REDACTED: Final = "<redacted>"
 _SCALARS: Final = (str, bool, int, float)
 _INVALID: Final = _trace.INVALID_SPAN
 _PER_PROMPT: Final = RL.PER_PROMPT
+_EFFICIENCY_GROUP: Final = RL.EFFICIENCY
 
 
 class _NoopSpan:
@@ -159,13 +160,20 @@ class _LiveSpan:
         self._category = category
         if umbrella:
             self._bucket = None
+            if attrs and ("bucket" in attrs or "rl.bucket" in attrs):
+                _warn_umbrella_bucket(group, name)
         elif bucket is not None:
             self._bucket = bucket
         else:
-            meta = _GATE.groups.get(group)
-            self._bucket = meta.bucket if meta is not None else None
-            if self._bucket is not None:
-                self._bucket = _bucket_override.get() or self._bucket
+            explicit = _explicit_bucket(attrs, name) if attrs else None
+            if explicit is not None:
+                # An explicit bucket wins over the group's and over bucket_scope (#9.4).
+                self._bucket = explicit
+            else:
+                meta = _GATE.groups.get(group)
+                self._bucket = meta.bucket if meta is not None else None
+                if self._bucket is not None:
+                    self._bucket = _bucket_override.get() or self._bucket
         self._span: Span | None = None
         self._token: object = None
         self._depth = 0
@@ -194,6 +202,8 @@ class _LiveSpan:
             attrs["thread.id"] = threading.get_native_id()
             if bucket is not None:
                 attrs["rl.bucket"] = bucket.value
+            elif "rl.bucket" in attrs:  # an invalid explicit value (warned) or an umbrella's
+                del attrs["rl.bucket"]
             if self._category is not None:
                 attrs["rl.efficiency.category"] = self._category
             self._span = rt.tracer.start_span(self._name, attributes=attrs)
@@ -264,12 +274,63 @@ class _LiveSpan:
         return self.__exit__(exc_type, exc, tb)
 
 
+def _explicit_bucket(attrs: Mapping[str, Any], name: str) -> Bucket | None:
+    """The bucket a caller set with ``bucket=`` (or ``rl.bucket``); warns once if invalid."""
+    raw = attrs.get("bucket", attrs.get("rl.bucket"))
+    if raw is None:
+        return None
+    try:
+        return Bucket(raw)
+    except ValueError:
+        warn_once(
+            f"span-bucket-invalid:{raw!r}",
+            f"rlsight: span {name!r} has bucket={raw!r}, which is not a bucket; use one of "
+            "productive, overhead, idle, wasted (or rlsight.Bucket). The group's bucket is used",
+            stacklevel=4,
+        )
+        return None
+
+
+def _warn_umbrella_bucket(group: str, name: str) -> None:
+    warn_once(
+        f"umbrella-bucket:{group}",
+        f"rlsight: umbrella span {name!r} (group {group!r}) was given a bucket; umbrella spans "
+        "structure the trace and carry none. Open a leaf span with span(...) inside it instead",
+        stacklevel=4,
+    )
+
+
+def _warn_unknown_group(group: str) -> None:
+    """A span of a group nothing registered: a typo, or a library not imported here (#9.5)."""
+    from rlsight.groups import _REGISTRY
+
+    with _REGISTRY.lock:
+        described = _REGISTRY.describe()
+    warn_once(
+        f"span-unknown-group:{group}",
+        f"rlsight: span group {group!r} is not registered in this process, so its spans are "
+        f"never emitted; fix the name or register it with register_span_groups ({described})",
+        stacklevel=4,
+    )
+
+
+def _warn_efficiency_group(name: str) -> None:
+    warn_once(
+        "span-efficiency-group",
+        f"rlsight: span(RL.EFFICIENCY, {name!r}) records no bucket (the group has none of its "
+        "own); use efficiency_span('<bucket>/<reason>', concurrent=...) so the wait is counted",
+        stacklevel=3,
+    )
+
+
 def span(group: str, name: str, /, **attributes: Any) -> _LiveSpan | _NoopSpan:
     """A span of ``group`` named ``name``, as a sync or async context manager.
 
     Yields the OpenTelemetry span (a non-recording one when the group is off), so
-    ``s.set_attribute(...)`` works either way. The span's bucket is its group's, or that of
-    an enclosing :func:`~rlsight.buckets.bucket_scope`.
+    ``s.set_attribute(...)`` works either way. The span's bucket is, first to last: the one
+    passed as ``bucket=`` (a :class:`~rlsight.Bucket` or its name; an invalid value warns
+    once), that of an enclosing :func:`~rlsight.buckets.bucket_scope`, its group's. A group
+    nothing registered (a typo) warns once and emits nothing.
 
     Args:
         group: A registered span group (``RL.GENERATION``...).
@@ -282,8 +343,14 @@ def span(group: str, name: str, /, **attributes: Any) -> _LiveSpan | _NoopSpan:
     """
     # No keyword-only parameters here: each one costs the disabled call ~10 ns.
     enabled = _GATE.enabled
-    if group not in enabled or (_PER_PROMPT not in enabled and _per_prompt.get()):
+    if group not in enabled:
+        if group not in _GATE.groups:
+            _warn_unknown_group(group)
         return _NOOP
+    if _PER_PROMPT not in enabled and _per_prompt.get():
+        return _NOOP
+    if group == _EFFICIENCY_GROUP and "bucket" not in attributes:
+        _warn_efficiency_group(name)
     return _LiveSpan(group, name, attributes)
 
 
@@ -294,6 +361,8 @@ def umbrella_span(group: str, name: str, /, **attributes: Any) -> _LiveSpan | _N
     never claim wall time themselves: the leaves inside them do.
     """
     if group not in _GATE.enabled:
+        if group not in _GATE.groups:
+            _warn_unknown_group(group)
         return _NOOP
     return _LiveSpan(group, name, attributes, umbrella=True)
 
@@ -428,6 +497,7 @@ def setup_span(phase: str) -> _SetupSpan | _NoopSpan:
 # -- efficiency ----------------------------------------------------------------------------
 
 _EFFICIENCY: dict[str, tuple[str, Bucket]] = {}
+_CONCURRENT: Final = {"rl.concurrent": True}
 _EFFICIENCY_LOCK: Final = threading.Lock()
 
 
@@ -458,12 +528,20 @@ def declared_efficiency_categories() -> tuple[str, ...]:
         return tuple(sorted(_EFFICIENCY))
 
 
-def efficiency_span(category: str) -> _LiveSpan | _NoopSpan:
+def efficiency_span(category: str, *, concurrent: bool = False) -> _LiveSpan | _NoopSpan:
     """Wrap a wait or wasted work: ``efficiency_span("idle/buffer_starvation")``.
 
     Wrap only the wait itself (the sleep, the blocking get), never the block around it: any
     work inside would be counted as waiting too. The span's time also accumulates into the
     per-step ``rl.efficiency.seconds{category}`` metric.
+
+    Args:
+        category: A declared ``<bucket>/<reason>``.
+        concurrent: The wait overlaps other work of its thread, as in a background asyncio
+            task (a producer paused during weight sync) on the controller's event loop. It
+            keeps its bucket and category and still feeds the metric, but is tagged
+            ``rl.concurrent`` and never partitions wall time, so it cannot take the
+            controller's seconds away from the step's own spans.
     """
     if RL.EFFICIENCY not in _GATE.enabled:
         return _NOOP
@@ -477,7 +555,8 @@ def efficiency_span(category: str) -> _LiveSpan | _NoopSpan:
         )
         return _NOOP
     name, bucket = declared
-    return _LiveSpan(RL.EFFICIENCY, name, None, bucket=bucket, category=category)
+    return _LiveSpan(RL.EFFICIENCY, name, _CONCURRENT if concurrent else None,
+                     bucket=bucket, category=category)
 
 
 #: The categories rlsight declares itself (docs/span-groups.md lists these).
@@ -498,6 +577,9 @@ def _wrap(fn: F, group: str, name: str, attrs: Mapping[str, Any], umbrella: bool
     def live() -> _LiveSpan:
         return _LiveSpan(group, name, fixed, umbrella=umbrella, clean=False)
 
+    if group not in _GATE.groups:
+        # Checked once, when decorating: a wrapper's disabled path stays one set test.
+        _warn_unknown_group(group)
     wrapper: Callable[..., Any]
     if inspect.isasyncgenfunction(fn):
         def start(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from _build import RunBuilder, analyze
+from _build import SEC, RunBuilder, analyze
 
 
 def _run_with_fleets(run: RunBuilder) -> RunBuilder:
@@ -75,3 +75,21 @@ def test_wasted_work_counts_as_busy(run: RunBuilder):
     w.span("aborted", 3, 5, bucket="wasted")
     (rank,) = [r for r in analyze(run).fleets.ranks if r.worker_group == "generation"]
     assert rank.utilisation == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("parent", ["step", "job"])
+def test_fleet_buckets_do_not_depend_on_where_a_remote_span_hangs(parent: str):
+    """A background producer parents rollouts to step 1 or to the job; same work, same split (#9.9).
+
+    On the rollout worker a refit (called under the step) overlaps a generation (called by the
+    producer): both are local roots in that process, so productive wins the overlap either way.
+    """
+    run = RunBuilder()
+    d = run.process()
+    job = d.span("rl.job", 0, 20, group="job")
+    step = d.step(1, 0, 10, parent=job)
+    w = run.process("rollout", 0)
+    w.span("rl.refit", 2, 4, parent=step, bucket="overhead")
+    w.span("rl.generate", 1, 5, parent=step if parent == "step" else job, bucket="productive")
+    (rank,) = [r for r in analyze(run).fleets.ranks if r.worker_group == "rollout"]
+    assert (rank.buckets.productive_ns, rank.buckets.overhead_ns) == (4 * SEC, 0)

@@ -76,10 +76,16 @@ def build(steps: list[tuple[int, int]], spans: list[SpecSpan]) -> RunBuilder:
 
 
 def _depths(records: list[SpanRecord]) -> dict[str, int]:
+    """Ancestors in the span's own process: a parent in another process ends the count."""
     by_id = {r.span_id: r for r in records}
 
     def depth(r: SpanRecord) -> int:
-        return 0 if r.parent_span_id is None else 1 + depth(by_id[r.parent_span_id])
+        if r.parent_span_id is None:
+            return 0
+        parent = by_id[r.parent_span_id]
+        if parent.resource["service.instance.id"] != r.resource["service.instance.id"]:
+            return 0
+        return 1 + depth(parent)
 
     return {r.span_id: depth(r) for r in records}
 

@@ -24,8 +24,9 @@ def test_the_slow_rank_is_a_straggler(run: RunBuilder):
     assert [(s.step, s.worker_group, s.rank, s.name) for s in found] == [
         (7, "policy", 4, "rl.train.policy")]
     assert found[0].median_ns == 4.05 * SEC
-    assert found[0].mad_ns == pytest.approx(0.05 * SEC)
-    assert found[0].excess_mads == pytest.approx((9.0 - 4.05) / 0.05)
+    # The MAD (0.05 s) is below the floor of 5% of the median (0.2025 s).
+    assert found[0].mad_ns == pytest.approx(0.05 * 4.05 * SEC)
+    assert found[0].excess_mads == pytest.approx((9.0 - 4.05) / (0.05 * 4.05))
 
 
 def test_ranks_within_k_mads_are_not_stragglers(run: RunBuilder):
@@ -36,7 +37,7 @@ def test_ranks_within_k_mads_are_not_stragglers(run: RunBuilder):
 
 
 def test_identical_peers_do_not_make_a_hair_slower_rank_a_straggler(run: RunBuilder):
-    """MAD 0 is floored at 1% of the median: 4.01 s vs 4 s is 0.25 MADs, not infinity."""
+    """MAD 0 is floored at 5% of the median: 4.01 s vs 4 s is 0.05 MADs, not infinity."""
     run.process().step(1, 0, 20)
     _fleet(run, "policy", [4.0, 4.0, 4.0, 4.01])
     assert analyze(run).stragglers.findings == []
@@ -98,3 +99,28 @@ def test_k_must_be_positive(run: RunBuilder):
     table = build_table(span_columns_from_records(run.records()))
     with pytest.raises(ValueError, match="k must be > 0"):
         stragglers(table, find_steps(table), k=0)
+
+
+def test_jitter_at_the_scale_of_the_span_is_not_a_straggler(run: RunBuilder):
+    """The issue's case: 3.9 ms of jitter on a 54 ms HTTP call was flagged at +7.3 MAD (#9.6)."""
+    run.process().step(1, 0, 20)
+    _fleet(run, "env", [0.0540, 0.0541, 0.0542, 0.0539, 0.0579])
+    report = analyze(run)
+    assert report.stragglers.findings == [] and report.stragglers.checks == 1
+
+
+def test_two_ranks_say_which_is_slower_and_by_how_much(run: RunBuilder):
+    """No verdict from two ranks, but the slower one and the gap are reported (#9.6)."""
+    d = run.process()
+    ranks = [run.process("policy", 0), run.process("policy", 1)]
+    for step, times in enumerate([(4.0, 5.0), (4.2, 5.0), (4.1, 4.0)], start=1):
+        s = d.step(step, 10 * step, 10 * step + 9)
+        for proc, dur in zip(ranks, times, strict=True):
+            proc.span("rl.train.policy", 10 * step, 10 * step + dur, parent=s, bucket="productive")
+    report = analyze(run)
+    assert report.stragglers.findings == []
+    (pair,) = report.stragglers.pairs
+    assert (pair.worker_group, pair.name, pair.steps) == ("policy", "rl.train.policy", 3)
+    assert (pair.slower_rank, pair.faster_rank, pair.slower_steps) == (1, 0, 2)
+    assert pair.median_gap_ns == pytest.approx(0.8 * SEC)
+    assert pair.median_gap_pct == pytest.approx(100 * 0.8 / 4.1)

@@ -31,3 +31,54 @@ def test_a_step_number_repeating_counts_as_a_restart(run: RunBuilder):
     report = analyze(run)
     assert report.wasted.restarts == 1 and report.wasted.superseded_steps == [1]
     assert report.summary.buckets.wasted_ns == 10 * SEC
+
+
+def _discard_run(run: RunBuilder) -> None:
+    """Generation makes groups g1 (3 s) and g2 (2 s) in step 1; step 2 discards g1 as stale."""
+    d = run.process()
+    s1 = d.step(1, 0, 10)
+    s2 = d.step(2, 10, 20)
+    d.span("rl.train", 12, 18, parent=s2, bucket="productive")
+    d.span("rl.discard", 11, 11, parent=s2, group="efficiency",
+           **{"rl.discard.group_ids": ("g1", "g9"), "rl.discard.reason": "stale"})
+    g = run.process("generation", 0)
+    r1 = g.span("rl.rollout", 1, 4, parent=s1, group="rollout", **{"rl.group_id": "g1"})
+    g.span("rl.generate", 1, 4, parent=r1, bucket="productive")
+    g.span("rl.generate", 5, 7, parent=s1, bucket="productive", **{"rl.group_id": "g2"})
+
+
+def test_discarded_work_moves_to_wasted_in_the_fleet_view(run: RunBuilder):
+    """The generator's 3 s for g1 were productive when made; discarding them makes them waste."""
+    _discard_run(run)
+    report = analyze(run)
+    (gen,) = [r for r in report.fleets.ranks if r.worker_group == "generation"]
+    assert (gen.buckets.wasted_ns, gen.buckets.productive_ns) == (3 * SEC, 2 * SEC)
+
+
+def test_discarded_work_counts_in_the_step_that_discarded_it(run: RunBuilder):
+    _discard_run(run)
+    report = analyze(run)
+    assert report.wasted.by_step_ns == [0, 3 * SEC]
+    assert [s.wasted_fleet_ns for s in report.steps] == [0, 3 * SEC]
+
+
+def test_each_discard_call_is_reported_with_its_reason(run: RunBuilder):
+    _discard_run(run)
+    (call,) = analyze(run).wasted.discarded
+    assert (call.step, call.reason, call.groups, call.groups_found, call.work_ns) == (
+        2, "stale", 2, 1, 3 * SEC)
+
+
+def test_the_controller_partition_keeps_its_own_work(run: RunBuilder):
+    """The trainer's 6 s of training in step 2 stay productive; only the discarded work moves."""
+    _discard_run(run)
+    report = analyze(run)
+    assert report.steps[1].buckets.productive_ns == 6 * SEC
+
+
+def test_discard_survives_the_store_round_trip(run: RunBuilder, tmp_path):
+    from rlsight.analysis import analyze_run
+
+    _discard_run(run)
+    (call,) = analyze_run(run.write(tmp_path / "r")).wasted.discarded
+    assert (call.reason, call.work_ns) == ("stale", 3 * SEC)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from _check_support import FixtureProject
 
@@ -108,3 +109,25 @@ def test_rlsight_fixed_names_need_no_row_in_a_foreign_project(minirl: FixturePro
     report = minirl.check(guards=("span-names",))
     assert report.ok
     assert "| `rl.step`" not in (minirl.root / DOC).read_text()
+
+
+def test_helpers_imported_inside_a_function_are_followed(tmp_path: Path) -> None:
+    """A lazy `from rlsight import span` in a worker method still emits a checked name (#9.11)."""
+    from rlsight.check import load_check_config, run_check
+
+    (tmp_path / "pyproject.toml").write_text('[tool.rlsight.check]\npaths = ["pkg"]\ndocs = "docs"\n')
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "worker.py").write_text(
+        "def work():\n"
+        "    from rlsight import RL, span\n"
+        "    with span(RL.TRAINING, 'myrl.train.step'):\n"
+        "        pass\n"
+    )
+    (tmp_path / "docs").mkdir()
+    table = "| span | group |\n|---|---|\n| `myrl.other` | `training` |\n"
+    (tmp_path / "docs" / "spans.md").write_text(table)
+    config = load_check_config(pyproject=tmp_path / "pyproject.toml").with_overrides(
+        guards=("span-names",), cwd=tmp_path)
+    problems = [v.problem for v in run_check(config).violations]
+    assert any("'myrl.train.step'" in p and "pkg/worker.py:3" in p for p in problems), problems

@@ -99,6 +99,13 @@ class TestReport:
         assert proc.returncode == EXIT_OK and proc.stderr == ""
         assert json.loads(proc.stdout)["summary"]["steps"] == 2
 
+    def test_python_dash_m_rlsight_runs_the_command(self, run_dir):
+        """``python -m rlsight`` is the CLI where the entry point is not on PATH (#9.11)."""
+        proc = subprocess.run([sys.executable, "-m", "rlsight", "report", str(run_dir), "--json"],
+                              capture_output=True, text=True, check=False, timeout=120)
+        assert proc.returncode == EXIT_OK, proc.stderr
+        assert json.loads(proc.stdout)["summary"]["steps"] == 2
+
 
 class TestTimeline:
     def test_writes_a_trace_event_file(self, run_dir, tmp_path, capsys):

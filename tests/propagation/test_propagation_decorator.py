@@ -209,7 +209,9 @@ def test_without_a_carrier_the_call_keeps_the_callers_context(capture: Capture) 
 
 def test_with_telemetry_off_a_carrier_is_dropped_and_the_call_runs() -> None:
     carrier = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
-    assert Worker().sync(4, **{TRACE_CONTEXT_KWARG: carrier}) == (4, (0, 0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RlsightWarning)  # the missing-telemetry warning, tested below
+        assert Worker().sync(4, **{TRACE_CONTEXT_KWARG: carrier}) == (4, (0, 0))
 
 
 def test_spans_inside_the_call_are_children_of_the_callers_span(capture: Capture) -> None:
@@ -261,3 +263,24 @@ def test_any_carrier_never_fails_a_decorated_call() -> None:
     with capture_telemetry(), warnings.catch_warnings():
         warnings.simplefilter("ignore", RlsightWarning)
         call_with()
+
+
+def test_a_carrier_arriving_where_telemetry_is_off_warns_naming_the_fix() -> None:
+    """The sign that ray_runtime_env was forgotten: carriers arrive, nothing records (#9.3)."""
+    from rlsight.errors import _reset_warn_once
+    from rlsight.propagation import TRACE_CONTEXT_KWARG
+    from rlsight.runtime import active_runtime
+
+    assert active_runtime() is None
+    _reset_warn_once()
+
+    @accepts_trace_context
+    def work() -> int:
+        return 1
+
+    carrier = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    with pytest.warns(RlsightWarning, match="no rlsight telemetry.*ray_runtime_env"):
+        assert work(**{TRACE_CONTEXT_KWARG: carrier}) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert work(**{TRACE_CONTEXT_KWARG: carrier}) == 1  # once, not per call

@@ -56,16 +56,19 @@ def test_config_projection_wins_over_a_stale_rlsight_var_in_base() -> None:
 
 @pytest.mark.parametrize("chained", [user_hook, f"{__name__}.user_hook"], ids=["callable", "name"])
 def test_the_users_setup_hook_runs_after_rlsight(monkeypatch: pytest.MonkeyPatch, chained: object) -> None:
+    # The worker's projection says "off" (the driver's config explicitly says "on").
     monkeypatch.setenv("RLSIGHT_ENABLED", "false")
-    hook = ray_runtime_env(_CONFIG, {"worker_process_setup_hook": chained})["worker_process_setup_hook"]
+    config = _CONFIG.with_changes(enabled=True)
+    hook = ray_runtime_env(config, {"worker_process_setup_hook": chained})["worker_process_setup_hook"]
     hook()
     assert _CALLS == ["user"]
 
 
 def test_building_the_runtime_env_twice_chains_the_users_hook_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RLSIGHT_ENABLED", "false")
-    once = ray_runtime_env(_CONFIG, {"worker_process_setup_hook": user_hook})
-    twice = ray_runtime_env(_CONFIG, once)
+    config = _CONFIG.with_changes(enabled=True)
+    once = ray_runtime_env(config, {"worker_process_setup_hook": user_hook})
+    twice = ray_runtime_env(config, once)
     twice["worker_process_setup_hook"]()
     assert _CALLS == ["user"]
 
@@ -229,3 +232,18 @@ def test_rlsight_ray_imports_without_ray() -> None:
                          env={**os.environ, "PYTHONWARNINGS": "error"})
     assert out.stdout.strip() == "False"
 
+
+
+def test_an_otel_only_endpoint_reaches_the_workers_projection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers on another node do not inherit the driver's shell: project the resolved value (#18.1)."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "trainer")
+    env = ray_runtime_env(TelemetryConfig(run_id="r", run_dir="/tmp/r"))["env_vars"]
+    assert env["RLSIGHT_OTLP_ENDPOINT"] == "http://collector:4318"
+    assert env["RLSIGHT_SERVICE_NAME"] == "trainer"
+
+
+def test_rlsight_variables_of_the_driver_reach_the_projection(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLSIGHT_SPAN_GROUPS", "minimal")
+    env = ray_runtime_env(TelemetryConfig(run_id="r", run_dir="/tmp/r"))["env_vars"]
+    assert env["RLSIGHT_SPAN_GROUPS"] == "minimal"

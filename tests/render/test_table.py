@@ -38,7 +38,14 @@ def test_the_per_step_row_shows_median_and_p90_of_every_bucket():
 def test_fleets_and_stragglers_are_listed():
     text = _text(sample_run())
     assert any(line.split()[:3] == ["policy", "3", "6"] for line in text.splitlines())
-    assert "step 4: policy/2 rl.train.policy 7.0s vs median 4.0s" in text
+    assert "step 4: policy/2 rl.train.policy 7.00s vs median 4.00s (+75%" in text
+
+
+def test_a_straggler_line_shows_milliseconds_apart():
+    """Two durations 0.1 s apart print distinguishably, not as "0.1s vs median 0.1s" (#9.6)."""
+    from rlsight.render._format import short_time
+
+    assert (short_time(0.1234e9), short_time(0.0541e9)) == ("123ms", "54.1ms")
 
 
 def test_markup_in_names_is_printed_literally():

@@ -89,6 +89,11 @@ def run(config: TelemetryConfig) -> ShutdownReport:
                 s.set_attribute("rl.samples", len(out))
             with efficiency_span("idle/buffer_starvation"):
                 pass
+            with efficiency_span("idle/refit_bubble", concurrent=True):
+                pass
+            with span(RL.GENERATION, "rl.rollout.generate", group_id=f"g{step}", bucket=Bucket.WASTED):
+                pass
+            rlsight.discard([f"g{step}", step], "stale")
             with per_prompt_scope():
                 total: int = sum(stream(4))
                 assert total == 6

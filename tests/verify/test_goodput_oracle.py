@@ -9,8 +9,9 @@ integer tick, and for every tick and every timeline it asks, by brute force, whi
 decides. The partition rule it encodes (docs/goodput.md, "The partition rule"):
 
 1. only spans with ``rl.bucket`` that are not ``rl.concurrent=true`` take part;
-2. the deepest decides; depth = number of ancestors in the trace tree, unbucketed umbrella
-   ancestors included, a parent missing from the store counting as one level;
+2. the deepest decides; depth = number of ancestors in the trace tree within the span's own
+   process (a parent in another process ends the count), unbucketed umbrella ancestors
+   included, a parent missing from the store counting as one level;
 3. equal depth: productive > wasted > overhead > idle;
 4. nothing open: unattributed.
 
@@ -66,7 +67,7 @@ def _timeline(record: SpanRecord) -> tuple[str, int]:
 
 
 def _depths(records: Sequence[SpanRecord]) -> dict[tuple[str, str], int]:
-    """Depth of every span: ancestors in its trace, a missing parent counting as one."""
+    """Depth of every span: ancestors in its own process, a missing parent counting as one."""
     by_id = {(r.trace_id, r.span_id): r for r in records}
     depths: dict[tuple[str, str], int] = {}
 
@@ -77,6 +78,9 @@ def _depths(records: Sequence[SpanRecord]) -> dict[tuple[str, str], int]:
                 depths[key] = 0
             elif (record.trace_id, record.parent_span_id) not in by_id:
                 depths[key] = 1
+            elif (by_id[(record.trace_id, record.parent_span_id)].resource.get("service.instance.id")
+                  != record.resource.get("service.instance.id")):
+                depths[key] = 0  # the caller is another process: a local root
             else:
                 depths[key] = depth((record.trace_id, record.parent_span_id)) + 1
         return depths[key]

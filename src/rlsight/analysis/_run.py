@@ -28,7 +28,7 @@ from rlsight.analysis.model import RunReport, RunSummary, StepRollup
 from rlsight.analysis.startup import startup
 from rlsight.analysis.stragglers import DEFAULT_K, stragglers
 from rlsight.analysis.volume import volume
-from rlsight.analysis.wasted import wasted
+from rlsight.analysis.wasted import charge_discards, wasted
 from rlsight.errors import StoreError
 from rlsight.store import MetricPoint, SkippedRecord, SpanRecord, read_manifest, read_metrics
 from rlsight.store._columnar import SpanColumns, read_span_columns, span_columns_from_records
@@ -74,6 +74,11 @@ def _notes(table: SpanTable, controllers: Sequence[int], missing_numbers: int) -
         notes.append(f"{table.cycles} span(s) on a parent cycle (corrupt ids); treated as roots")
     if table.duplicates:
         notes.append(f"{table.duplicates} duplicate span record(s) (same trace and span id) ignored")
+    side = (cols.bucket >= 0) & cols.concurrent
+    if side.any():
+        seconds = float(table.duration[side].sum()) / 1e9
+        notes.append(f"{int(side.sum())} bucketed span(s) tagged rl.concurrent ({seconds:.3f} s) "
+                     "overlap other work of their timeline and are outside the partition")
     if cols.invalid_buckets:
         notes.append(f"{cols.invalid_buckets} span(s) with an unknown rl.bucket value, treated as "
                      "unbucketed; valid values: productive, overhead, idle, wasted")
@@ -112,10 +117,10 @@ def analyze_columns(
     table = build_table(cols)
     steps = find_steps(table)
     controllers = np.unique(steps.timeline)
-    part = partition_timelines(table, steps)
+    part, discards = charge_discards(table, partition_timelines(table, steps), steps)
     run = run_partition(table, part, steps, controllers)
     per_step_buckets = step_buckets(part, steps)
-    waste = wasted(table, part, steps)
+    waste = wasted(table, part, steps, discards)
     counts = np.bincount(steps.of_span[steps.of_span >= 0], minlength=len(steps))
     rows = [
         StepRollup(

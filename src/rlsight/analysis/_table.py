@@ -44,9 +44,12 @@ class SpanTable:
     """Columns in canonical order plus the derived per-span arrays.
 
     ``parent[i]`` is the index of span ``i``'s parent in this table, or -1 (a root, or a
-    parent that is not in the store: an *orphan*). ``depth[i]`` counts ancestors; a missing
-    parent counts as one, so an orphan is never mistaken for a root. ``step_anchor[i]`` is
-    the nearest ``rl.step`` span among ``i`` and its ancestors, or -1.
+    parent that is not in the store: an *orphan*). ``depth[i]`` counts ancestors in span
+    ``i``'s own process: a parent in another process ends the count, so where a remote caller
+    hangs a span in the trace (under the step, or under the job) never changes how its
+    process's time is partitioned (issue #9); a missing parent counts as one, so an orphan is
+    never mistaken for a root. ``step_anchor[i]`` is the nearest ``rl.step`` span among ``i``
+    and all its ancestors (any process), or -1.
     """
 
     cols: SpanColumns
@@ -236,7 +239,11 @@ def build_table(cols: SpanColumns) -> SpanTable:
     parent = _find_parents(cols.trace, cols.span_id, cols.parent_id)
     has_parent_id = cols.parent_id != 0
     orphans = int((has_parent_id & (parent < 0)).sum())
-    depth, parent, cycles = _depths(parent, has_parent_id)
+    _, parent, cycles = _depths(parent, has_parent_id)
+    # Depth stops at a process boundary: a remote parent makes the span a local root.
+    safe = np.maximum(parent, 0)
+    remote = (parent >= 0) & (cols.process[safe] != cols.process)
+    depth, _, _ = _depths(np.where(remote, -1, parent), has_parent_id & ~remote)
     step_name = cols.names.index(STEP_SPAN) if STEP_SPAN in cols.names else -1
     step_anchor = _nearest_marked(parent, cols.name == step_name)
     return SpanTable(

@@ -24,6 +24,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "Buckets",
     "Contributor",
+    "Discarded",
     "Engine",
     "EngineStep",
     "FleetGroup",
@@ -36,6 +37,7 @@ __all__ = [
     "PhaseTotal",
     "PostMortem",
     "ProcessState",
+    "RankPair",
     "RankUsage",
     "RunReport",
     "RunSummary",
@@ -275,7 +277,7 @@ class Straggler:
     duration_ns: int
     median_ns: float
     mad_ns: float
-    """Median absolute deviation, floored at 1% of the median and 1 µs (see docs/goodput.md)."""
+    """Median absolute deviation, floored at 5% of the median and 1 µs (see docs/goodput.md)."""
     excess_mads: float
 
 
@@ -290,6 +292,29 @@ class InsufficientEvidence:
 
 
 @dataclass(frozen=True, slots=True)
+class RankPair:
+    """What a two-rank fleet can tell about one span name: which rank is slower, by how much.
+
+    Two ranks give no straggler verdict (either could be the odd one), but the slower one
+    and the gap are facts.
+    """
+
+    worker_group: str
+    name: str
+    steps: int
+    """Steps where both ranks ran the span with equal workloads."""
+    slower_rank: int
+    """The rank with the larger median time."""
+    faster_rank: int
+    slower_steps: int
+    """Steps in which ``slower_rank`` took longer."""
+    median_gap_ns: float
+    """Median over steps of (slower rank's time - faster rank's time); may be negative in some steps."""
+    median_gap_pct: float
+    """That gap as a percentage of the faster rank's median time."""
+
+
+@dataclass(frozen=True, slots=True)
 class Stragglers:
     """Straggler findings and the comparisons that had too little evidence."""
 
@@ -298,6 +323,8 @@ class Stragglers:
     """(step, span name, worker group) comparisons with enough evidence."""
     findings: list[Straggler]
     insufficient: list[InsufficientEvidence]
+    pairs: list[RankPair] = field(default_factory=list)
+    """Two-rank fleets: the slower rank and the gap, where no verdict is possible."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,8 +365,25 @@ class WastedName:
 
 
 @dataclass(frozen=True, slots=True)
+class Discarded:
+    """One :func:`rlsight.discard` call: earlier work charged to waste where it was dropped."""
+
+    step_index: int
+    """Row of the step that discarded the work (-1 outside every step)."""
+    step: int
+    """That step's ``rl.step`` number (-1 outside every step)."""
+    reason: str
+    groups: int
+    """Group ids the call named."""
+    groups_found: int
+    """Of those, how many had work tagged ``rl.group_id`` in the store."""
+    work_ns: int
+    """Partition time of that work (every timeline) moved from productive/overhead to wasted."""
+
+
+@dataclass(frozen=True, slots=True)
 class Wasted:
-    """Work that was thrown away: wasted-bucket spans and steps lost to restarts."""
+    """Work that was thrown away: wasted-bucket spans, discarded groups, restarted steps."""
 
     restarts: int
     """Times the step number went backwards (or repeated) between consecutive steps."""
@@ -347,8 +391,11 @@ class Wasted:
     """Indexes of step attempts a later step re-ran."""
     superseded_wall_ns: int
     by_step_ns: list[int]
-    """Wasted-bucket time on all timelines, per step index."""
+    """Wasted-bucket time on all timelines, per step index; discarded work counts in the
+    step that discarded it, not the step that produced it."""
     by_name: list[WastedName]
+    discarded: list[Discarded] = field(default_factory=list)
+    """Every ``rlsight.discard`` call, in time order."""
 
 
 @dataclass(frozen=True, slots=True)

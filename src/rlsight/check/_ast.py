@@ -58,6 +58,7 @@ FIXED_SPANS: Final[dict[str, tuple[str, str]]] = {
     "step_span": ("step", "rl.step"),
     "startup_span": ("startup", "rl.startup"),
     "load_model_span": ("setup", "rl.worker.load_model"),
+    "discard": ("efficiency", "rl.discard"),
 }
 GROUP_AND_NAME_HELPERS: Final = frozenset({"span", "umbrella_span"})
 DECORATOR_HELPERS: Final = frozenset({"traced", "umbrella_traced"})
@@ -236,27 +237,39 @@ def _assigned_constant(stmt: ast.stmt) -> tuple[str, ast.expr] | None:
     return None
 
 
+def _bindings(stmt: ast.Import | ast.ImportFrom, package: str) -> Iterator[tuple[str, str]]:
+    """(local name, what it refers to) for each name an import binds; ``*`` for a star import."""
+    if isinstance(stmt, ast.Import):
+        for alias in stmt.names:
+            if alias.asname:
+                yield alias.asname, alias.name
+            else:
+                head = alias.name.split(".")[0]
+                yield head, head
+        return
+    base = stmt.module or ""
+    if stmt.level:
+        anchor = package.split(".") if package else []
+        anchor = anchor[: len(anchor) - (stmt.level - 1)] if stmt.level > 1 else anchor
+        base = ".".join([*anchor, *([stmt.module] if stmt.module else [])])
+    for alias in stmt.names:
+        if alias.name == "*":
+            yield "*", base
+        else:
+            yield alias.asname or alias.name, f"{base}.{alias.name}"
+
+
 def _index(module: SourceModule) -> None:
     package = module.name if module.is_package else module.name.rpartition(".")[0]
+    top: set[int] = set()
     for stmt in _top_level_statements(module.tree.body):
-        if isinstance(stmt, ast.Import):
-            for alias in stmt.names:
-                if alias.asname:
-                    module.imports[alias.asname] = alias.name
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            top.add(id(stmt))
+            for local, target in _bindings(stmt, package):
+                if local == "*":
+                    module.star_imports.append(target)
                 else:
-                    head = alias.name.split(".")[0]
-                    module.imports[head] = head
-        elif isinstance(stmt, ast.ImportFrom):
-            base = stmt.module or ""
-            if stmt.level:
-                anchor = package.split(".") if package else []
-                anchor = anchor[: len(anchor) - (stmt.level - 1)] if stmt.level > 1 else anchor
-                base = ".".join([*anchor, *([stmt.module] if stmt.module else [])])
-            for alias in stmt.names:
-                if alias.name == "*":
-                    module.star_imports.append(base)
-                else:
-                    module.imports[alias.asname or alias.name] = f"{base}.{alias.name}"
+                    module.imports[local] = target
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             module.definitions.add(stmt.name)
         elif isinstance(stmt, ast.ClassDef):
@@ -273,6 +286,13 @@ def _index(module: SourceModule) -> None:
             if found is not None:
                 name, value = found
                 module.constants[name] = None if name in module.constants else value
+    # Imports inside functions (a lazy `from rlsight import span` in a worker method, #9.11):
+    # read module-wide, never replacing a top-level binding of the same name.
+    for node in ast.walk(module.tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in top:
+            for local, target in _bindings(node, package):
+                if local != "*":
+                    module.imports.setdefault(local, target)
 
 
 def _iter_python_files(path: Path) -> Iterator[Path]:

@@ -81,7 +81,8 @@ def configuration_table() -> str:
         "str": "str",
         "optional_str": "str or none",
         "groups": "list of names",
-        "protocol": "`http/protobuf` or `grpc`",
+        "protocol": "`http/protobuf`, `http/json` or `grpc`",
+        "optional_protocol": "protocol or none",
         "attributes": "mapping",
         "port": "int or none",
     }

@@ -20,6 +20,7 @@ __all__ = [
     "postmortem_rows",
     "postmortem_summary",
     "secs",
+    "short_time",
     "span_label",
     "startup_line",
     "step_digits",
@@ -31,6 +32,20 @@ __all__ = [
 def secs(ns: float, digits: int = 1) -> str:
     """Nanoseconds as seconds with ``digits`` decimals: ``12.9``."""
     return f"{ns / 1e9:.{digits}f}"
+
+
+def short_time(ns: float) -> str:
+    """A duration with three significant digits in a fitting unit: ``54.0ms``, ``1.23s``.
+
+    Used where two nearby durations are compared (a straggler and its median), which one
+    decimal of seconds would print as the same number.
+    """
+    value = abs(ns)
+    unit, scale = next(((u, f) for u, f in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)) if value >= f),
+                       ("ns", 1.0))
+    scaled = ns / scale
+    digits = 0 if abs(scaled) >= 100 else 1 if abs(scaled) >= 10 else 2
+    return f"{scaled:.{digits}f}{unit}"
 
 
 def step_digits(report: RunReport) -> int:

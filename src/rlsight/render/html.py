@@ -25,6 +25,7 @@ from rlsight.render._format import (
     postmortem_rows,
     postmortem_summary,
     secs,
+    short_time,
     span_label,
     startup_line,
     step_digits,
@@ -233,10 +234,16 @@ def _sections(report: RunReport) -> list[str]:
     out.append(f'<p class="muted">k = {sg.k:g} MADs; {sg.checks} comparison(s) with enough evidence, '
                f"{len(sg.findings)} straggler(s).</p>")
     if sg.findings:
-        out.append(_table(["step", "rank", "span", "seconds", "median s", "MAD s", "excess (MADs)"],
-                          [[f.step, f"{f.worker_group}/{f.rank}", f.name, secs(f.duration_ns, 2),
-                            secs(f.median_ns, 2), secs(f.mad_ns, 3), f"{f.excess_mads:.1f}"]
+        out.append(_table(["step", "rank", "span", "time", "median", "MAD", "excess (MADs)"],
+                          [[f.step, f"{f.worker_group}/{f.rank}", f.name, short_time(f.duration_ns),
+                            short_time(f.median_ns), short_time(f.mad_ns), f"{f.excess_mads:.1f}"]
                            for f in sg.findings[:MAX_TABLE_ROWS]], css="warn"))
+    if sg.pairs:
+        out.append(_table(["group", "span", "slower rank", "slower in", "median gap"],
+                          [[p.worker_group, p.name, f"{p.slower_rank} (vs {p.faster_rank})",
+                            f"{p.slower_steps}/{p.steps} steps",
+                            f"{short_time(p.median_gap_ns)} ({p.median_gap_pct:+.1f}%)"]
+                           for p in sg.pairs[:MAX_TABLE_ROWS]]))
     if sg.insufficient:
         out.append(_table(["group", "span", "insufficient evidence", "steps"],
                           [[i.worker_group, i.name, i.reason, i.steps]

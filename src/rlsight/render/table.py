@@ -17,6 +17,7 @@ from rlsight.render._format import (
     postmortem_rows,
     postmortem_summary,
     secs,
+    short_time,
     span_label,
     startup_line,
     step_digits,
@@ -112,14 +113,21 @@ def render_report(report: RunReport, console: Console) -> None:
             f = max(group, key=lambda x: (x.duration_ns, x.name))
             label = "stragglers " if i == 0 else "           "
             more = f" and {len(group) - 1} more span name(s)" if len(group) > 1 else ""
-            line(f"{label}  step {f.step}: {f.worker_group}/{f.rank} {f.name} {secs(f.duration_ns)}s "
-                 f"vs median {secs(f.median_ns)}s (+{f.excess_mads:.1f} MAD){more}", "yellow")
+            slower = 100.0 * (f.duration_ns - f.median_ns) / f.median_ns if f.median_ns else 0.0
+            line(f"{label}  step {f.step}: {f.worker_group}/{f.rank} {f.name} "
+                 f"{short_time(f.duration_ns)} vs median {short_time(f.median_ns)} "
+                 f"(+{slower:.0f}%, +{f.excess_mads:.1f} MAD){more}", "yellow")
         if len(worst) > MAX_FINDINGS:
             line(f"             ... {len(worst) - MAX_FINDINGS} more (see --json or --html)")
     else:
         insufficient = sum(i.steps for i in s.insufficient)
         line(f"stragglers   none in {s.checks} comparison(s)"
              + (f"; {insufficient} with insufficient evidence" if insufficient else ""))
+    for i, pair in enumerate(s.pairs[:MAX_FINDINGS]):
+        line(("two ranks    " if i == 0 else "             ")
+             + f"{pair.worker_group} {pair.name}: rank {pair.slower_rank} slower in "
+             f"{pair.slower_steps}/{pair.steps} step(s), by {short_time(pair.median_gap_ns)} median "
+             f"({pair.median_gap_pct:+.1f}%); a straggler verdict needs 3 ranks")
     vol = volume_lines(report)
     for i, text in enumerate(vol):
         line(("volume       " if i == 0 else "             ") + text,
@@ -134,6 +142,13 @@ def render_report(report: RunReport, console: Console) -> None:
         top = report.wasted.by_name[0] if report.wasted.by_name else None
         line(f"wasted       {secs(wasted)}s of wasted work on all ranks"
              + (f" (most: {top.name} {secs(top.total_ns)}s)" if top else ""))
+    reasons: dict[str, tuple[int, int]] = {}
+    for d in report.wasted.discarded:
+        calls, work = reasons.get(d.reason, (0, 0))
+        reasons[d.reason] = (calls + 1, work + d.work_ns)
+    for reason, (calls, work) in sorted(reasons.items(), key=lambda kv: (-kv[1][1], kv[0])):
+        line(f"discarded    {secs(work)}s of earlier work thrown away ({reason}, {calls} "
+             "discard call(s)); counted as wasted in the discarding steps")
     pm = report.postmortem
     summary = postmortem_summary(pm)
     line(f"open at end  {summary}", None if summary == "none" or pm is None else "red")

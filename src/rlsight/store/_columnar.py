@@ -51,8 +51,11 @@ __all__ = [
 BUCKET_CODES: Final = {b.value: code for code, b in enumerate(reversed(BUCKET_PRIORITY))}
 #: Step-number column value of a span that is not an ``rl.step`` span.
 NO_STEP: Final = np.iinfo(np.int64).min
-#: Spans whose full attribute dict is kept (few per run, needed for the startup view).
-_KEEP_ATTRIBUTES: Final = frozenset({"rl.worker.load_model"})
+#: Spans whose full attribute dict is kept (few per run): model loads for the startup view,
+#: ``rl.discard`` records for the wasted view.
+_KEEP_ATTRIBUTES: Final = frozenset({"rl.worker.load_model", "rl.discard"})
+#: Spans carrying this attribute keep their dict too: work a later ``discard`` may charge.
+_KEEP_KEY: Final = "rl.group_id"
 _STEP_SPAN: Final = "rl.step"
 
 
@@ -176,9 +179,10 @@ def _convert(rows: list[_Row], *, otlp: bool) -> _Batch:
     thread = ([0 if t is None else int(t) for t in _values(attrs, "thread.id", int_kind)] if otlp
               else [_integer(t, 0) for t in _values(attrs, "thread.id", None)])
     step_values = _values(attrs, "rl.step", int_kind)
-    keep = [] if _KEEP_ATTRIBUTES.isdisjoint(name) else [
+    keep = [
         (i, _decode_all(a) if otlp else dict(a))
-        for i, (n, a) in enumerate(zip(name, attrs, strict=True)) if n in _KEEP_ATTRIBUTES
+        for i, (n, a) in enumerate(zip(name, attrs, strict=True))
+        if n in _KEEP_ATTRIBUTES or _KEEP_KEY in a
     ]
     return _Batch(
         rows=len(rows), trace=trace, name=name, start=start, end=end, status=status,

@@ -30,7 +30,8 @@ from rlsight.testing import Capture, capture_telemetry
 
 def _serve(app: Any) -> Iterator[str]:
     """Serve ``app`` under uvicorn on 127.0.0.1 (a free port) on its own thread; yield its base URL."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off"))
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

@@ -61,6 +61,7 @@ from rlsight.spans import (
     efficiency_span,
     job_span,
     load_model_span,
+    record_span,
     setup_span,
     span,
     startup_span,
@@ -69,6 +70,7 @@ from rlsight.spans import (
     umbrella_span,
     umbrella_traced,
 )
+from rlsight.timers import TimerBridge
 from rlsight.watchdog import StallHook, StallRecord
 
 try:
@@ -98,6 +100,7 @@ __all__ = [
     "Telemetry",
     "TelemetryConfig",
     "TelemetryStateError",
+    "TimerBridge",
     "__version__",
     "accepts_trace_context",
     "attach_trace_carrier",
@@ -116,6 +119,7 @@ __all__ = [
     "ray_runtime_env",
     "record_inference",
     "record_metrics",
+    "record_span",
     "register_metric_group",
     "register_span_groups",
     "registered_groups",

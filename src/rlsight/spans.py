@@ -41,6 +41,7 @@ __all__ = [
     "efficiency_span",
     "job_span",
     "load_model_span",
+    "record_span",
     "setup_span",
     "span",
     "startup_span",
@@ -170,8 +171,11 @@ class _LiveSpan:
         self._token: object = None
         self._depth = 0
 
-    def start(self) -> Span | None:
-        """Start the span without attaching it (generator wrappers attach per resume)."""
+    def start(self, start_time: int | None = None) -> Span | None:
+        """Start the span without attaching it (generator wrappers attach per resume).
+
+        ``start_time`` (ns since the epoch) places a span measured elsewhere (``record_span``).
+        """
         rt = _runtime._ACTIVE
         if rt is None:
             return None
@@ -196,7 +200,7 @@ class _LiveSpan:
                 attrs["rl.bucket"] = bucket.value
             if self._category is not None:
                 attrs["rl.efficiency.category"] = self._category
-            self._span = rt.tracer.start_span(self._name, attributes=attrs)
+            self._span = rt.tracer.start_span(self._name, attributes=attrs, start_time=start_time)
         except Exception as exc:
             rt.report_internal_error("span-start", exc)
             return None
@@ -287,6 +291,44 @@ def span(group: str, name: str, /, **attributes: Any) -> _LiveSpan | _NoopSpan:
     return _LiveSpan(group, name, attributes)
 
 
+def record_span(group: str, name: str, start: float, end: float, /, **attributes: Any) -> None:
+    """Record a span of ``group`` whose times were measured elsewhere, after the fact.
+
+    Use it where a framework already timed a phase (``t0 = time.time(); ...; t1 = time.time()``)
+    and the code cannot be wrapped in :func:`span`. The span is a child of the span current
+    where ``record_span`` is called and gets its group's bucket, exactly as :func:`span` would.
+
+    Args:
+        group: A registered span group, as for :func:`span`.
+        name: A literal, lowercase dotted name; ``rlsight check`` reads it from the source.
+        start: When the work began, in seconds since the epoch (``time.time()``).
+        end: When it ended, same clock; a span with ``end < start`` is skipped with one
+            warning per name, since a negative duration would corrupt the goodput rollup.
+        **attributes: As for :func:`span`.
+    """
+    enabled = _GATE.enabled
+    if group not in enabled or (_PER_PROMPT not in enabled and _per_prompt.get()):
+        return
+    if not end >= start:  # also catches NaN
+        warn_once(
+            f"record-span-backwards:{name}",
+            f"rlsight: record_span({group!r}, {name!r}, start={start!r}, end={end!r}): end is before "
+            "start; pass time.time() values with start first. The span is skipped",
+            stacklevel=2,
+        )
+        return
+    live = _LiveSpan(group, name, attributes)
+    started = live.start(int(start * 1e9))
+    if started is None:
+        return
+    try:
+        started.end(int(end * 1e9))
+    except Exception as exc:
+        rt = _runtime._ACTIVE
+        if rt is not None:
+            rt.report_internal_error("record-span-end", exc)
+
+
 def umbrella_span(group: str, name: str, /, **attributes: Any) -> _LiveSpan | _NoopSpan:
     """A structural span (job, step, rollout, startup...) that carries no bucket.
 
@@ -319,13 +361,13 @@ class _StepSpan(_LiveSpan):
         super().__init__(RL.STEP, "rl.step", attrs, umbrella=True)
         self._step = step
 
-    def start(self) -> Span | None:
+    def start(self, start_time: int | None = None) -> Span | None:
         rt = _runtime._ACTIVE
         if rt is not None:
             rt.current_step = self._step
             if rt.watchdog is not None:
                 rt.watchdog.progress.started(self._step)
-        return super().start()
+        return super().start(start_time)
 
     def finish(self, exc: BaseException | None) -> None:
         span = self._span

@@ -30,6 +30,7 @@ from rlsight.groups import (
     resolve_span_group_spec,
     set_span_group_spec,
 )
+from rlsight.logs import instrument_logging, uninstrument_logging
 from rlsight.metrics import (
     MetricSpec,
     record_inference,
@@ -112,6 +113,7 @@ __all__ = [
     "efficiency_span",
     "flush_telemetry",
     "init_worker",
+    "instrument_logging",
     "is_span_group_enabled",
     "job_span",
     "load_model_span",
@@ -138,4 +140,5 @@ __all__ = [
     "traced",
     "umbrella_span",
     "umbrella_traced",
+    "uninstrument_logging",
 ]

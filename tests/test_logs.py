@@ -85,7 +85,9 @@ def test_a_disabled_span_gets_no_event_and_logging_still_works(
     assert out.getvalue().endswith("still logged\n")
 
 
-def test_instrumenting_twice_wraps_once_and_uninstrument_restores(log: tuple[logging.Logger, io.StringIO]) -> None:
+def test_instrumenting_twice_wraps_once_and_uninstrument_restores(
+    log: tuple[logging.Logger, io.StringIO],
+) -> None:
     wrapped = logging.getLogRecordFactory()
     instrument_logging()
     assert logging.getLogRecordFactory() is wrapped

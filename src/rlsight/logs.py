@@ -103,9 +103,10 @@ def uninstrument_logging() -> None:
     """
     global _previous
     with _LOCK:
-        if _previous is None:
+        previous = _previous
+        if previous is None:
             return
         current = logging.getLogRecordFactory()
-        if getattr(current, "__rlsight_previous__", None) is _previous:
-            logging.setLogRecordFactory(_previous)
+        if getattr(current, "__rlsight_previous__", None) is previous:
+            logging.setLogRecordFactory(previous)
             _previous = None

@@ -106,7 +106,7 @@ def uninstrument_logging() -> None:
         previous = _previous
         if previous is None:
             return
-        current = logging.getLogRecordFactory()
-        if getattr(current, "__rlsight_previous__", None) is previous:
+        installed_over = getattr(logging.getLogRecordFactory(), "__rlsight_previous__", None)
+        if installed_over is not None and installed_over is previous:
             logging.setLogRecordFactory(previous)
             _previous = None

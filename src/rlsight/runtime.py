@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from rlsight import _host
 from rlsight import groups as _groups
 from rlsight._batching import BatchingSpanProcessor, _bounded
 from rlsight.config import TelemetryConfig
@@ -64,7 +65,9 @@ IDENTITY_ENV: Final = (
      "Which fleet the process belongs to; Ray actors default to their class name."),
     (ENV_RANK, "rl.rank", "`0`", "The process's rank within its worker group."),
     (ENV_WORLD_SIZE, "rl.world_size", "`1`", "How many ranks the worker group has."),
-    (ENV_DEVICES, "rl.devices", "unset (the analysis counts 1)",
+    (ENV_DEVICES, "rl.devices",
+     "the GPUs Ray assigned the process, else the ids in `CUDA_VISIBLE_DEVICES`; unset when none "
+     "(the analysis counts 1)",
      "Accelerators the process drives; weights its fleet in utilisation."),
 )
 
@@ -252,8 +255,14 @@ class Telemetry:
         }
         if self.config.algorithm:
             attrs["rl.algorithm"] = self.config.algorithm
-        if ident.devices is not None:
-            attrs["rl.devices"] = ident.devices
+        attrs.update(_host.host_attributes(os.environ))
+        accelerators = _host.accelerator_ids(os.environ)
+        if accelerators:
+            attrs["hw.type"] = "gpu"
+            attrs["hw.id"] = list(accelerators)
+        devices = ident.devices if ident.devices is not None else (len(accelerators) or None)
+        if devices is not None:
+            attrs["rl.devices"] = devices
         attrs.update(self.config.resource_attributes)
         attrs.update(ident.resource_attributes)
         return attrs

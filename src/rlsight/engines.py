@@ -131,7 +131,7 @@ ENGINE_SERIES: Final[tuple[EngineSeriesSpec, ...]] = (
     EngineSeriesSpec("rl.engine.requests.waiting", "gauge", "{request}",
                      "Requests queued, waiting for the running batch, at the step's read."),
     EngineSeriesSpec("rl.engine.kv_cache.usage", "gauge", "1",
-                     "Fraction of the KV cache in use at the step's read (max over engines).", (), "max"),
+                     "Fraction of the KV cache in use at the step's read.", (), "max"),
 )
 _SPECS: Final = {spec.name: spec for spec in ENGINE_SERIES}
 

@@ -582,6 +582,10 @@ def _builtin_rows() -> list[list[str]]:
             rows.append([f"`{spec.name}`", "counter", f"`{spec.unit}`", engine_attrs + extra,
                          "—", spec.description + " Per-step delta."])
             continue
+        if spec.kind == "gauge":
+            rows.append([f"`{spec.name}`", "gauge", f"`{spec.unit}`", engine_attrs + extra,
+                         "—", spec.description + f" Level, {spec.aggregate} over engines."])
+            continue
         rows += [
             [f"`{spec.name}.count`", "counter", "`1`", engine_attrs + extra, "—",
              f"Observations of: {spec.description[0].lower()}{spec.description[1:]}"],

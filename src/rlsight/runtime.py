@@ -143,7 +143,7 @@ class Telemetry:
         self._shut_down = False
         self.started_ns = time.time_ns()
         self.current_step: int | None = None
-        self._efficiency: dict[str, float] = {}
+        self._efficiency: dict[tuple[str, str], float] = {}
         self._efficiency_lock = threading.Lock()
         self._internal_errors: collections.Counter[str] = collections.Counter()
         self._tracer_provider: TracerProvider | None = None
@@ -436,13 +436,25 @@ class Telemetry:
         return PeriodicExportingMetricReader(metric_exporter, export_interval_millis=_OTLP_METRIC_INTERVAL_MS)
 
     # -- run-scoped state the helpers share ---------------------------------------------------
-    def add_efficiency_seconds(self, category: str, seconds: float) -> None:
-        """Accumulate time spent in an efficiency category (called by ``efficiency_span``)."""
+    def add_efficiency_seconds(self, category: str, seconds: float, measurement: str = "span") -> None:
+        """Accumulate time spent in an efficiency category.
+
+        ``measurement`` says how it was measured: ``span`` (``efficiency_span``) or
+        ``reported`` (``record_efficiency_seconds``).
+        """
+        key = (category, measurement)
         with self._efficiency_lock:
-            self._efficiency[category] = self._efficiency.get(category, 0.0) + seconds
+            self._efficiency[key] = self._efficiency.get(key, 0.0) + seconds
 
     def take_efficiency_seconds(self) -> dict[str, float]:
-        """Efficiency seconds per category since the last call (the per-step metrics tee)."""
+        """Efficiency seconds per category since the last call, all measurements summed."""
+        out: dict[str, float] = {}
+        for (category, _), seconds in self.take_efficiency_measurements().items():
+            out[category] = out.get(category, 0.0) + seconds
+        return out
+
+    def take_efficiency_measurements(self) -> dict[tuple[str, str], float]:
+        """Efficiency seconds per ``(category, measurement)`` since the last call (the tee)."""
         with self._efficiency_lock:
             out = dict(self._efficiency)
             self._efficiency.clear()

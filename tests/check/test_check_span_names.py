@@ -135,3 +135,15 @@ def test_a_timer_bridge_table_the_check_cannot_read_is_reported(minirl: FixtureP
     line = _add_timer_sites(minirl, "dict(gen=RL.GENERATION)")
     violations = [v for v in minirl.violations("span-names") if "cannot tell which name" in v.problem]
     assert [(v.path, v.line) for v in violations] == [(TRAINER, line + 1)]
+
+
+def test_a_timer_bridge_table_in_an_upper_case_constant_is_read(minirl: FixtureProject) -> None:
+    path = minirl.root / TRAINER
+    path.write_text(
+        path.read_text(encoding="utf-8") + "\nfrom rlsight import TimerBridge\n"
+        "TIMER_GROUPS = {'gen': RL.GENERATION}\n"
+        "BRIDGE = TimerBridge(TIMER_GROUPS)\n",
+        encoding="utf-8",
+    )
+    problems = [v.problem for v in minirl.violations("span-names")]
+    assert [p.split("'")[1] for p in problems if "is not documented" in p] == ["rl.timer.gen"]

@@ -85,11 +85,13 @@ def test_a_disabled_span_gets_no_event_and_logging_still_works(
     assert out.getvalue().endswith("still logged\n")
 
 
-def test_instrumenting_twice_wraps_once_and_uninstrument_restores(
-    log: tuple[logging.Logger, io.StringIO],
-) -> None:
+def test_instrumenting_twice_wraps_once_and_uninstrument_restores() -> None:
+    """Whatever factory was installed before (Ray installs its own) comes back."""
+    before = logging.getLogRecordFactory()
+    instrument_logging()
     wrapped = logging.getLogRecordFactory()
+    assert wrapped is not before
     instrument_logging()
     assert logging.getLogRecordFactory() is wrapped
     uninstrument_logging()
-    assert logging.getLogRecordFactory() is logging.LogRecord
+    assert logging.getLogRecordFactory() is before

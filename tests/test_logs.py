@@ -41,6 +41,19 @@ def test_a_record_carries_the_ids_of_its_span_and_the_step(
     assert out.getvalue() == f"WARNING trace={ctx.trace_id:032x} span={ctx.span_id:016x} step=7 loss spiked\n"
 
 
+def test_consecutive_records_in_different_spans_carry_their_own_span(
+    capture: Capture, log: tuple[logging.Logger, io.StringIO]
+) -> None:
+    logger, out = log
+    ids = []
+    for name in ("rl.train.policy", "rl.train.optimizer_step"):
+        with span(RL.TRAINING, name) as s:
+            logger.warning("in %s", name)
+            ids.append(f"{s.get_span_context().span_id:016x}")
+    logged = [line.split()[2].removeprefix("span=") for line in out.getvalue().splitlines()]
+    assert logged == ids and ids[0] != ids[1]
+
+
 def test_outside_any_span_the_fields_are_empty_and_formats_still_work(
     log: tuple[logging.Logger, io.StringIO],
 ) -> None:

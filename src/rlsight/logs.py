@@ -33,13 +33,21 @@ _previous: Callable[..., logging.LogRecord] | None = None
 
 
 def _stamping_factory(previous: Callable[..., logging.LogRecord]) -> Callable[..., logging.LogRecord]:
+    # Formatting two ids costs more than the rest of the stamp; consecutive records mostly
+    # come from the same span, so the last span's hex ids are kept (one tuple, swapped whole).
+    last: tuple[int, int, str, str] = (0, 0, "", "")
+
     def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        nonlocal last
         record = previous(*args, **kwargs)
         span = _trace.get_current_span()
         ctx = span.get_span_context()
         if ctx.is_valid:
-            record.trace_id = f"{ctx.trace_id:032x}"
-            record.span_id = f"{ctx.span_id:016x}"
+            cached = last
+            if cached[0] != ctx.span_id or cached[1] != ctx.trace_id:
+                cached = last = (ctx.span_id, ctx.trace_id, f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}")
+            record.trace_id = cached[2]
+            record.span_id = cached[3]
         else:
             record.trace_id = record.span_id = ""
         rt = _runtime._ACTIVE

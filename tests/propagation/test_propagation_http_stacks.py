@@ -141,7 +141,7 @@ def test_fastapi_called_through_httpx_and_requests_is_one_trace_with_the_driver(
         with umbrella_span(RL.ROLLOUT, "rl.test.caller") as caller:
             for call in CLIENTS.values():
                 assert call(fastapi_url + "/score") == 1
-        spans = list(cap.spans())
+        spans = _spans_once_servers_end(cap, len(CLIENTS))
     assert len({s.context.trace_id for s in spans}) == 1
     clients = [s for s in spans if s.kind is SpanKind.CLIENT]
     servers = {s.context.span_id: s for s in spans if s.kind is SpanKind.SERVER}

@@ -405,6 +405,18 @@ class TestFromUrl:
             with pytest.warns(RlsightWarning, match="HTTPError"):
                 assert reader.snapshot() is None
 
+    def test_an_http_error_leaves_no_socket_open(self) -> None:
+        """The error response's socket is closed, not left for the garbage collector."""
+        import gc
+
+        with _metrics_server(lambda: b"", status=503) as url:
+            reader = EngineMetricsReader.from_url(url, flavor="vllm")
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                assert reader.snapshot() is None
+                gc.collect()
+        assert [w for w in seen if issubclass(w.category, ResourceWarning)] == []
+
     def test_unreachable_server_fails_the_read(self) -> None:
         with _metrics_server(lambda: b"") as url:
             pass  # the server is gone once the block ends
@@ -751,6 +763,7 @@ class TestScrapeThreads:
                         conn.sendall(b"#")
                     except OSError:
                         conns.remove(conn)
+                        conn.close()
                 time.sleep(0.02)
             for conn in conns:
                 conn.close()

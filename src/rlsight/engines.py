@@ -30,6 +30,7 @@ import http.client
 import math
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -700,6 +701,8 @@ class _Fetch:
                         raise ValueError(f"response is larger than max_bytes={max_bytes}")
             self.body = b"".join(chunks).decode("utf-8")
         except (OSError, ValueError, http.client.HTTPException) as exc:
+            if isinstance(exc, urllib.error.HTTPError):
+                exc.close()  # it holds the response's socket, which the caller never reads
             self.error = exc
 
 

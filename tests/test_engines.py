@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
+import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,7 +26,7 @@ from rlsight.engines import (
     EngineSnapshot,
     record_engine_deltas,
 )
-from rlsight.errors import RlsightWarning
+from rlsight.errors import RlsightWarning, _reset_warn_once
 from rlsight.store import read_metrics
 from rlsight.testing import capture_telemetry
 
@@ -57,6 +59,12 @@ class FakeVllm:
 
     def generate(self, tokens: int, engine: str = "0") -> None:
         self.generation.labels("m", engine).inc(tokens)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_warnings() -> None:
+    """Engine warnings fire once per process; each test sees its own first time."""
+    _reset_warn_once()
 
 
 def reader_for(fake: FakeVllm) -> EngineMetricsReader:
@@ -112,7 +120,8 @@ class TestCounters:
         restarted.generate(30)
         prev = reader_for(old).snapshot()
         cur = reader_for(restarted).snapshot()
-        assert EngineMetricsReader.delta(prev, cur)[GENERATION] == 30.0
+        with pytest.warns(RlsightWarning, match=r"went down \(1000 -> 30\): treated as a reset"):
+            assert EngineMetricsReader.delta(prev, cur)[GENERATION] == 30.0
 
     def test_a_reset_on_one_engine_does_not_hide_in_the_sum_over_engines(self) -> None:
         """Deltas are taken per engine series before summing, so a restart is seen."""
@@ -123,35 +132,61 @@ class TestCounters:
         after_fake.generate(150, engine="0")
         after_fake.generate(20, engine="1")  # engine 1 restarted and made 20
         prev, cur = reader_for(before_fake).snapshot(), reader_for(after_fake).snapshot()
-        assert EngineMetricsReader.delta(prev, cur)[GENERATION] == 50.0 + 20.0
+        with pytest.warns(RlsightWarning, match="treated as a reset"):
+            assert EngineMetricsReader.delta(prev, cur)[GENERATION] == 50.0 + 20.0
 
 
 class TestRenamedSeries:
-    def test_old_name_is_found_when_only_it_is_exposed(self) -> None:
+    @pytest.mark.parametrize("flavor", ["vllm", "sglang"])
+    def test_ray_sanitised_names_are_read_like_the_originals(self, flavor: str) -> None:
+        """Ray's metrics path turns ``vllm:x`` into ``vllm_x``; both flavors read either."""
         registry = CollectorRegistry()
-        hits = Counter("vllm:gpu_prefix_cache_hits", "old name", registry=registry)
-        reader = EngineMetricsReader.from_registry(registry, flavor="vllm")
+        name = "vllm_prompt_tokens" if flavor == "vllm" else "sglang_prompt_tokens"
+        prompt = Counter(name, "prefill", ["model_name"], registry=registry)
+        prompt.labels("m")
+        reader = EngineMetricsReader.from_registry(registry, flavor=flavor)
         before = reader.snapshot()
-        hits.inc(12)
-        assert reader.delta(before, reader.snapshot())[HITS] == 12.0
+        prompt.labels("m").inc(12)
+        assert reader.delta(before, reader.snapshot())[PROMPT] == 12.0
 
-    @pytest.mark.parametrize("old_first", [True, False])
-    def test_series_exposed_under_both_names_is_counted_once_from_the_new_name(
-        self, old_first: bool
-    ) -> None:
+    def test_the_pre_0_9_vllm_prefix_cache_name_is_no_longer_read(self) -> None:
         registry = CollectorRegistry()
-        names = ["vllm:gpu_prefix_cache_hits", "vllm:prefix_cache_hits"]
-        made = {
-            name: Counter(name, "hits", registry=registry)
-            for name in (names if old_first else names[::-1])
-        }
-        old, new = made[names[0]], made[names[1]]
-        reader = EngineMetricsReader.from_registry(registry, flavor="vllm")
+        Counter("vllm:gpu_prefix_cache_hits", "old name", registry=registry).inc(3)
+        with pytest.warns(RlsightWarning, match="found none of the vllm series"):
+            snapshot = EngineMetricsReader.from_registry(registry, flavor="vllm").snapshot()
+        assert snapshot is not None and dict(snapshot.values) == {}
+
+    def test_sglang_step_tokens_come_from_its_per_iteration_counter(self) -> None:
+        """Its token totals move when a request finishes; realtime_tokens every iteration."""
+        registry = CollectorRegistry()
+        finished = Counter("sglang:generation_tokens", "on finish", ["model_name"], registry=registry)
+        finished_prompt = Counter("sglang:prompt_tokens", "on finish", ["model_name"], registry=registry)
+        realtime = Counter(
+            "sglang:realtime_tokens", "per iteration", ["model_name", "mode"], registry=registry
+        )
+        for mode in ("prefill_compute", "prefill_cache", "decode"):
+            realtime.labels("m", mode)
+        reader = EngineMetricsReader.from_registry(registry, flavor="sglang")
         before = reader.snapshot()
-        old.inc(5)
-        new.inc(5)
-        new.inc(3)  # only the preferred series decides
-        assert reader.delta(before, reader.snapshot())[HITS] == 8.0
+        realtime.labels("m", "decode").inc(300)
+        realtime.labels("m", "prefill_compute").inc(70)
+        realtime.labels("m", "prefill_cache").inc(30)
+        finished.labels("m").inc(5)  # one short request finished; the long ones still run
+        finished_prompt.labels("m").inc(9)
+        delta = reader.delta(before, reader.snapshot())
+        assert delta[GENERATION] == 300.0
+        assert delta[PROMPT] == 100.0
+        assert delta[HITS] == 30.0
+        assert delta[EngineSeries("rl.engine.prefix_cache.queries")] == 100.0
+
+    def test_without_the_per_iteration_counter_sglang_falls_back_to_its_totals(self) -> None:
+        registry = CollectorRegistry()
+        finished = Counter("sglang:generation_tokens", "on finish", ["model_name"], registry=registry)
+        finished.labels("m")
+        reader = EngineMetricsReader.from_registry(registry, flavor="sglang")
+        before = reader.snapshot()
+        finished.labels("m").inc(5)
+        assert reader.delta(before, reader.snapshot())[GENERATION] == 5.0
 
     def test_sglang_flavor_reads_sglangs_names(self) -> None:
         registry = CollectorRegistry()
@@ -187,7 +222,8 @@ class TestHistograms:
         for value in (0.5, 0.5, 0.5):
             old.ttft.labels("m", "0").observe(value)
         restarted.ttft.labels("m", "0").observe(0.05)
-        delta = EngineMetricsReader.delta(reader_for(old).snapshot(), reader_for(restarted).snapshot())
+        with pytest.warns(RlsightWarning, match="treated as a reset"):
+            delta = EngineMetricsReader.delta(reader_for(old).snapshot(), reader_for(restarted).snapshot())
         hist = delta[TTFT]
         assert isinstance(hist, EngineHistogram)
         assert hist.counts == (1.0, 0.0, 0.0)
@@ -294,7 +330,16 @@ class TestDeltaProperties:
 
 
 def _deltas_along(history: list[tuple[str, int]]) -> list[float]:
-    """Apply each op to a real counter, snapshot after each, return successive deltas."""
+    """Apply each op to a real counter, snapshot after each, return successive deltas.
+
+    A reset warns (once per process); these properties are about the values, so it is muted.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RlsightWarning)
+        return _deltas_along_loudly(history)
+
+
+def _deltas_along_loudly(history: list[tuple[str, int]]) -> list[float]:
     holder = [FakeVllm()]
     reader = EngineMetricsReader(
         lambda: holder[0].registry.collect(), flavor="vllm", source="history"
@@ -341,6 +386,7 @@ class TestFromUrl:
             with pytest.warns(RlsightWarning, match="TimeoutError"):
                 assert reader.read_delta() == {}
             stall.clear()
+            _wait_for_scrape_threads_to_end()
             assert reader.read_delta() == {}  # new baseline after the failure
             fake.generate(4)
             assert reader.read_delta()[GENERATION] == 4.0
@@ -358,6 +404,18 @@ class TestFromUrl:
             reader = EngineMetricsReader.from_url(url, flavor="vllm")
             with pytest.warns(RlsightWarning, match="HTTPError"):
                 assert reader.snapshot() is None
+
+    def test_an_http_error_leaves_no_socket_open(self) -> None:
+        """The error response's socket is closed, not left for the garbage collector."""
+        import gc
+
+        with _metrics_server(lambda: b"", status=503) as url:
+            reader = EngineMetricsReader.from_url(url, flavor="vllm")
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                assert reader.snapshot() is None
+                gc.collect()
+        assert [w for w in seen if issubclass(w.category, ResourceWarning)] == []
 
     def test_unreachable_server_fails_the_read(self) -> None:
         with _metrics_server(lambda: b"") as url:
@@ -563,11 +621,164 @@ class TestNativeTracingEnv:
 
 
 def test_record_engine_deltas_skips_a_series_outside_the_vocabulary_without_raising() -> None:
-    from rlsight.engines import EngineSeries, record_engine_deltas
-    from rlsight.errors import RlsightWarning
-    from rlsight.testing import capture_telemetry
-
     with capture_telemetry() as cap:
         with pytest.warns(RlsightWarning, match="my.series"):
             record_engine_deltas(1, {EngineSeries("my.series"): 1.0}, engine="g")
         assert [p for p in cap.metrics() if p.name == "my.series"] == []
+
+
+def _scrape_threads() -> int:
+    return sum(t.name == "rlsight-engine-scrape" and t.is_alive() for t in threading.enumerate())
+
+
+def _wait_for_scrape_threads_to_end(limit_s: float = 10.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while _scrape_threads():
+        assert time.monotonic() < deadline, "a scrape thread outlived the server's answer"
+        time.sleep(0.02)
+
+
+class TestEnginesAsTheyAreToday:
+    """Series vLLM 0.33 and SGLang 0.5 expose beyond tokens: levels, spec decode, latencies."""
+
+    def test_vllm_gauges_are_levels_summed_or_maxed_over_engines(self) -> None:
+        registry = CollectorRegistry()
+        running = Gauge("vllm:num_requests_running", "running", LABELS, registry=registry)
+        waiting = Gauge("vllm:num_requests_waiting", "waiting", LABELS, registry=registry)
+        usage = Gauge("vllm:kv_cache_usage_perc", "kv", LABELS, registry=registry)
+        for engine, (r, w, u) in {"0": (8, 2, 0.25), "1": (6, 0, 0.75)}.items():
+            running.labels("m", engine).set(r)
+            waiting.labels("m", engine).set(w)
+            usage.labels("m", engine).set(u)
+        reader = EngineMetricsReader.from_registry(registry, flavor="vllm")
+        before = reader.snapshot()
+        running.labels("m", "0").set(10)
+        delta = reader.delta(before, reader.snapshot())
+        assert delta[EngineSeries("rl.engine.requests.running")] == 16.0  # a level, not 10 - 8
+        assert delta[EngineSeries("rl.engine.requests.waiting")] == 2.0
+        assert delta[EngineSeries("rl.engine.kv_cache.usage")] == 0.75  # the fullest engine
+
+    def test_vllm_spec_decode_e2e_latency_and_iteration_tokens_are_mapped(self) -> None:
+        registry = CollectorRegistry()
+        drafts = Counter("vllm:spec_decode_num_draft_tokens", "d", LABELS, registry=registry)
+        accepted = Counter("vllm:spec_decode_num_accepted_tokens", "a", LABELS, registry=registry)
+        e2e = Histogram("vllm:e2e_request_latency_seconds", "e2e", LABELS, buckets=[1.0, 10.0],
+                        registry=registry)
+        iteration = Histogram("vllm:iteration_tokens_total", "it", LABELS, buckets=[64, 512],
+                              registry=registry)
+        for metric in (drafts, accepted, e2e, iteration):
+            metric.labels("m", "0")
+        reader = EngineMetricsReader.from_registry(registry, flavor="vllm")
+        before = reader.snapshot()
+        drafts.labels("m", "0").inc(40)
+        accepted.labels("m", "0").inc(28)
+        e2e.labels("m", "0").observe(4.0)
+        iteration.labels("m", "0").observe(300)
+        delta = reader.delta(before, reader.snapshot())
+        assert delta[EngineSeries("rl.engine.spec_decode.draft_tokens")] == 40.0
+        assert delta[EngineSeries("rl.engine.spec_decode.accepted_tokens")] == 28.0
+        latency = delta[EngineSeries("rl.engine.e2e_latency")]
+        assert isinstance(latency, EngineHistogram) and latency.counts == (0.0, 1.0, 0.0)
+        tokens = delta[EngineSeries("rl.engine.iteration_tokens")]
+        assert isinstance(tokens, EngineHistogram) and tokens.counts == (0.0, 1.0, 0.0)
+
+    def test_sglang_levels_and_acceptance_rate_are_mapped(self) -> None:
+        registry = CollectorRegistry()
+        names = {
+            "sglang:num_running_reqs": ("rl.engine.requests.running", 12.0),
+            "sglang:num_queue_reqs": ("rl.engine.requests.waiting", 3.0),
+            "sglang:token_usage": ("rl.engine.kv_cache.usage", 0.5),
+            "sglang:spec_accept_rate": ("rl.engine.spec_decode.acceptance_rate", 0.7),
+        }
+        for name, (_, value) in names.items():
+            Gauge(name, name, ["model_name"], registry=registry).labels("m").set(value)
+        reader = EngineMetricsReader.from_registry(registry, flavor="sglang")
+        delta = reader.delta(reader.snapshot(), reader.snapshot())
+        assert {s.name: v for s, v in delta.items()} == dict(names.values())
+
+    def test_gauges_are_recorded_as_gauges_with_their_level(self) -> None:
+        with capture_telemetry() as cap:
+            record_engine_deltas(3, {EngineSeries("rl.engine.kv_cache.usage"): 0.9}, engine="gen/0")
+            (point,) = [p for p in cap.metrics() if p.name == "rl.engine.kv_cache.usage"]
+        assert point.value == 0.9
+        assert point.attributes["rl.step"] == 3
+
+    def test_a_read_that_finds_none_of_the_flavors_series_warns_once(self) -> None:
+        """vLLM's offline LLM(...) keeps no stats by default: say how to turn them on."""
+        reader = EngineMetricsReader.from_registry(CollectorRegistry(), flavor="vllm")
+        with pytest.warns(RlsightWarning, match="disable_log_stats=False") as seen:
+            reader.read_delta()
+            reader.read_delta()
+        assert len(seen) == 1
+
+    def test_non_monotonic_buckets_are_left_out_with_a_warning_then_count_as_reset(self) -> None:
+        family = Metric("vllm:time_to_first_token_seconds", "ttft", "histogram")
+        for le, count in (("0.1", 5.0), ("1.0", 3.0), ("+Inf", 6.0)):  # 5 then 3: impossible
+            family.add_sample("vllm:time_to_first_token_seconds_bucket", {"le": le}, count)
+        family.add_sample("vllm:time_to_first_token_seconds_count", {}, 6.0)
+        family.add_sample("vllm:time_to_first_token_seconds_sum", {}, 1.0)
+        good = FakeVllm()
+        good.ttft.labels("m", "0").observe(0.05)
+        registry = CollectorRegistry()
+        registry.register(_StaticCollector([family]))
+        with pytest.warns(RlsightWarning, match="decrease along le"):
+            broken = EngineMetricsReader.from_registry(registry, flavor="vllm").snapshot()
+        assert broken is not None and TTFT not in {k.series for k in broken.values}
+        after = reader_for(good).snapshot()
+        hist = EngineMetricsReader.delta(broken, after)[TTFT]
+        assert isinstance(hist, EngineHistogram) and min(hist.counts) >= 0
+
+    def test_a_negative_counter_sample_is_left_out(self) -> None:
+        family = Metric("vllm:generation_tokens", "gen", "counter")
+        family.add_sample("vllm:generation_tokens_total", {}, -4.0)
+        registry = CollectorRegistry()
+        registry.register(_StaticCollector([family]))
+        with pytest.warns(RlsightWarning, match="is negative"):
+            snapshot = EngineMetricsReader.from_registry(registry, flavor="vllm").snapshot()
+        assert snapshot is not None and dict(snapshot.values) == {}
+
+
+class TestScrapeThreads:
+    def test_a_dribbling_endpoint_holds_at_most_one_thread_and_it_gives_up(self) -> None:
+        """A server sending a byte every 20 ms forever: each chunk beats the socket timeout."""
+        import socket
+
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        stop = threading.Event()
+
+        def serve() -> None:
+            conns = []
+            listener.settimeout(0.05)
+            while not stop.is_set():
+                try:
+                    conn, _ = listener.accept()
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n")
+                    conns.append(conn)
+                except TimeoutError:
+                    pass
+                for conn in list(conns):
+                    try:
+                        conn.sendall(b"#")
+                    except OSError:
+                        conns.remove(conn)
+                        conn.close()
+                time.sleep(0.02)
+            for conn in conns:
+                conn.close()
+
+        server = threading.Thread(target=serve, daemon=True)
+        server.start()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/metrics"
+        try:
+            reader = EngineMetricsReader.from_url(url, flavor="vllm", timeout_s=0.3)
+            with pytest.warns(RlsightWarning, match="TimeoutError"):
+                for _ in range(5):
+                    assert reader.read_delta() == {}
+                    assert _scrape_threads() <= 1
+            _wait_for_scrape_threads_to_end()  # while the server still dribbles
+        finally:
+            stop.set()
+            server.join(5)
+            listener.close()

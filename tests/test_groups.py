@@ -341,3 +341,12 @@ class TestRegistration:
     def test_non_span_group_is_an_error(self) -> None:
         with pytest.raises(SpanGroupError, match="expected SpanGroup"):
             register_span_groups(_fresh("ns"), ["not-a-group"])  # type: ignore[list-item]
+
+
+def test_the_reference_default_preset_resolves_to_per_step() -> None:
+    """A spec carried over from the reference instrumentation ('default') enables per_step."""
+    from rlsight import resolve_span_group_spec
+
+    default = resolve_span_group_spec(["default"])
+    assert default.pending == ()
+    assert set(default.enabled) == set(resolve_span_group_spec(["per_step"]).enabled)

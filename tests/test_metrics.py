@@ -222,7 +222,9 @@ class TestTee:
             tee_step_metrics(1, {}, denominator_s=2.0)
             (seconds,) = points(cap, "rl.efficiency.seconds")
             (pct,) = points(cap, "rl.efficiency.pct")
-        assert seconds.attributes == {"rl.step": 1, "rl.efficiency.category": "idle/barrier"}
+        assert seconds.attributes == {
+            "rl.step": 1, "rl.efficiency.category": "idle/barrier", "rl.efficiency.measurement": "span"
+        }
         assert seconds.value is not None and seconds.value > 0
         assert pct.attributes["rl.window"] == "step"
         assert pct.value == pytest.approx(100.0 * seconds.value / 2.0)

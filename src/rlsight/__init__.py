@@ -31,6 +31,7 @@ from rlsight.groups import (
     resolve_span_group_spec,
     set_span_group_spec,
 )
+from rlsight.logs import instrument_logging, uninstrument_logging
 from rlsight.metrics import (
     MetricSpec,
     record_inference,
@@ -62,6 +63,8 @@ from rlsight.spans import (
     efficiency_span,
     job_span,
     load_model_span,
+    record_efficiency_seconds,
+    record_span,
     setup_span,
     span,
     startup_span,
@@ -71,6 +74,7 @@ from rlsight.spans import (
     umbrella_traced,
 )
 from rlsight.step_summary import last_step_summary
+from rlsight.timers import TimerBridge
 from rlsight.watchdog import StallHook, StallRecord
 
 try:
@@ -100,6 +104,7 @@ __all__ = [
     "Telemetry",
     "TelemetryConfig",
     "TelemetryStateError",
+    "TimerBridge",
     "__version__",
     "accepts_trace_context",
     "attach_trace_carrier",
@@ -112,14 +117,17 @@ __all__ = [
     "efficiency_span",
     "flush_telemetry",
     "init_worker",
+    "instrument_logging",
     "is_span_group_enabled",
     "job_span",
     "last_step_summary",
     "load_model_span",
     "per_prompt_scope",
     "ray_runtime_env",
+    "record_efficiency_seconds",
     "record_inference",
     "record_metrics",
+    "record_span",
     "register_metric_group",
     "register_span_groups",
     "registered_groups",
@@ -138,4 +146,5 @@ __all__ = [
     "traced",
     "umbrella_span",
     "umbrella_traced",
+    "uninstrument_logging",
 ]

@@ -6,15 +6,17 @@ step*, so a reader takes a :class:`EngineSnapshot` before and after and :meth:`d
 them. Three rules keep the numbers honest (a fake zero draws a dip that never happened):
 
 - A counter that went down was reset (the engine restarted); its delta is the new value, since
-  the restarted counter counted up from zero. Never negative.
+  the restarted counter counted up from zero. Never negative; it warns once per series, and a
+  histogram whose buckets decrease along ``le`` is left out of its read.
 - A read that fails (the collector raises, the server stalls past the timeout, a mapped series
   has a type the flavor does not expect) gives ``None``; a delta against ``None`` is ``{}``, so
   no step is ever measured against a stale baseline.
 - A series the engine does not expose is absent from the delta, not zero.
 
 Each :class:`EngineFlavor` lists, per vocabulary name, the engine's series names in order of
-preference, so a renamed series (vLLM 0.9 renamed ``vllm:gpu_prefix_cache_hits`` to
-``vllm:prefix_cache_hits``) is found under either name and counted once when both exist.
+preference, so a series with a better source (SGLang's per-iteration token counter before its
+on-finish totals) is read from the best one present and counted once. Gauges (running and
+waiting requests, KV-cache usage) are levels: a step's value is the level at its closing read.
 
 Two sources share one code path: :meth:`EngineMetricsReader.from_registry` reads a
 ``prometheus_client`` registry in-process (what vLLM's own snapshot reader does) and
@@ -27,6 +29,8 @@ from __future__ import annotations
 import http.client
 import math
 import threading
+import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,7 +65,7 @@ __all__ = [
     "record_engine_deltas",
 ]
 
-EngineSeriesKind: TypeAlias = Literal["counter", "histogram"]
+EngineSeriesKind: TypeAlias = Literal["counter", "gauge", "histogram"]
 
 #: Attribute that carries an engine's finish reason (``stop``, ``length``, ``abort``).
 FINISH_REASON: Final = "rl.engine.finish_reason"
@@ -78,6 +82,9 @@ class EngineSeriesSpec:
         description: What one unit of the series counts.
         attributes: Attribute keys a delta of this series may carry besides the step and
             engine name.
+        aggregate: How a gauge's values on several engines behind one reader combine:
+            ``sum`` (requests running) or ``max`` (KV-cache usage: the fullest engine is the
+            one that preempts). Counters and histograms always sum.
     """
 
     name: str
@@ -85,6 +92,7 @@ class EngineSeriesSpec:
     unit: str
     description: str
     attributes: tuple[str, ...] = ()
+    aggregate: Literal["sum", "max"] = "sum"
 
 
 #: The vocabulary every flavor maps onto. Order is the docs table's order.
@@ -94,7 +102,8 @@ ENGINE_SERIES: Final[tuple[EngineSeriesSpec, ...]] = (
     EngineSeriesSpec("rl.engine.generation_tokens", "counter", "{token}",
                      "Tokens the engine generated."),
     EngineSeriesSpec("rl.engine.request.success", "counter", "{request}",
-                     "Requests that finished, by finish reason where the engine reports one.",
+                     "Requests that finished, aborted and errored ones included, by finish reason "
+                     "where the engine reports one.",
                      (FINISH_REASON,)),
     EngineSeriesSpec("rl.engine.preemptions", "counter", "{preemption}",
                      "Requests preempted (vLLM) or retracted (SGLang) to free KV cache."),
@@ -108,8 +117,53 @@ ENGINE_SERIES: Final[tuple[EngineSeriesSpec, ...]] = (
                      "Generated length per finished request."),
     EngineSeriesSpec("rl.engine.time_to_first_token", "histogram", "s",
                      "Time from a request's arrival to its first generated token."),
+    EngineSeriesSpec("rl.engine.e2e_latency", "histogram", "s",
+                     "Time from a request's arrival to its last token, per finished request."),
+    EngineSeriesSpec("rl.engine.iteration_tokens", "histogram", "{token}",
+                     "Tokens the engine processed per scheduler iteration (batch fill)."),
+    EngineSeriesSpec("rl.engine.spec_decode.draft_tokens", "counter", "{token}",
+                     "Tokens a speculative-decoding drafter proposed."),
+    EngineSeriesSpec("rl.engine.spec_decode.accepted_tokens", "counter", "{token}",
+                     "Proposed draft tokens the target model accepted (acceptance = accepted / draft)."),
+    EngineSeriesSpec("rl.engine.spec_decode.acceptance_rate", "gauge", "1",
+                     "Accepted / proposed draft tokens, as the engine last reported it.", (), "max"),
+    EngineSeriesSpec("rl.engine.requests.running", "gauge", "{request}",
+                     "Requests in the engine's running batch when the step's read was taken."),
+    EngineSeriesSpec("rl.engine.requests.waiting", "gauge", "{request}",
+                     "Requests queued, waiting for the running batch, at the step's read."),
+    EngineSeriesSpec("rl.engine.kv_cache.usage", "gauge", "1",
+                     "Fraction of the KV cache in use at the step's read.", (), "max"),
 )
 _SPECS: Final = {spec.name: spec for spec in ENGINE_SERIES}
+
+
+def _base_name(name: str) -> str:
+    """The matching key of a series name: no ``_total`` suffix, ``:`` read as ``_``."""
+    name = name[: -len("_total")] if name.endswith("_total") else name
+    return name.replace(":", "_")
+
+
+class _Source(NamedTuple):
+    """One candidate of a flavor's source list: the vocabulary name it feeds, its preference,
+    and the label values it is restricted to (``None``: every sample)."""
+
+    series: str
+    rank: int
+    label: str | None
+    values: frozenset[str]
+
+
+def _parse_candidate(series: str, rank: int, candidate: str) -> tuple[str, _Source]:
+    name, brace, selector = candidate.partition("{")
+    if not brace:
+        return _base_name(name), _Source(series, rank, None, frozenset())
+    label, eq, values = selector.rstrip("}").partition("=")
+    if not eq or not label or not values:
+        raise ValueError(
+            f"engine series {candidate!r} (for {series}): a selector is written "
+            "name{label=value|other}"
+        )
+    return _base_name(name), _Source(series, rank, label.strip(), frozenset(values.split("|")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,8 +174,10 @@ class EngineFlavor:
         name: The flavor's name (``vllm``, ``sglang``, or your own).
         sources: Vocabulary name -> the engine's series names, preferred first. Write them as
             the engine exposes them (``vllm:prompt_tokens_total``); a counter's ``_total``
-            suffix is optional when matching. The first name present in a read is used, so a
-            series exposed under both its old and its new name is counted once.
+            suffix is optional when matching, and ``:`` matches ``_`` (Ray's sanitised names).
+            ``name{label=a|b}`` reads only the samples whose ``label`` is ``a`` or ``b``. The
+            first name present in a read is used, so a series exposed under both its old and
+            its new name is counted once.
         labels: Engine label -> attribute key kept on the delta (``finished_reason`` ->
             ``rl.engine.finish_reason``). Every other label (model name, engine index) is
             summed over.
@@ -146,52 +202,65 @@ class EngineFlavor:
                     f"engine flavor {self.name!r} lists no engine series for {series!r}; "
                     "give at least one name or leave the series out"
                 )
+            for candidate in candidates:
+                _parse_candidate(series, 0, candidate)
 
 
-#: The built-in flavors. Names were read from vLLM's ``vllm/v1/metrics/loggers.py`` (and the v0
-#: ``vllm/engine/metrics.py``) and SGLang's ``python/sglang/srt/metrics/collector.py``.
+#: The built-in flavors, read from vLLM 0.33's ``vllm/v1/metrics/loggers.py`` and
+#: ``vllm/v1/spec_decode/metrics.py`` and SGLang 0.5's ``python/sglang/srt/metrics/collector.py``.
+#: ``:`` and ``_`` match each other, so Ray-sanitised names (``vllm_prompt_tokens_total``,
+#: ``sglang_prompt_tokens_total``) are read like the originals.
 FLAVORS: Final[Mapping[str, EngineFlavor]] = {
     "vllm": EngineFlavor(
         "vllm",
         {
             "rl.engine.prompt_tokens": ("vllm:prompt_tokens_total",),
             "rl.engine.generation_tokens": ("vllm:generation_tokens_total",),
+            # Counts every finished request, aborted and errored ones included (by reason).
             "rl.engine.request.success": ("vllm:request_success_total",),
             "rl.engine.preemptions": ("vllm:num_preemptions_total",),
-            # Renamed in vLLM 0.9; the old names stay exposed (hidden) for two releases.
-            "rl.engine.prefix_cache.hits": (
-                "vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
-            "rl.engine.prefix_cache.queries": (
-                "vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+            "rl.engine.prefix_cache.hits": ("vllm:prefix_cache_hits_total",),
+            "rl.engine.prefix_cache.queries": ("vllm:prefix_cache_queries_total",),
             "rl.engine.prompt_length": ("vllm:request_prompt_tokens",),
             "rl.engine.generation_length": ("vllm:request_generation_tokens",),
             "rl.engine.time_to_first_token": ("vllm:time_to_first_token_seconds",),
+            "rl.engine.e2e_latency": ("vllm:e2e_request_latency_seconds",),
+            "rl.engine.iteration_tokens": ("vllm:iteration_tokens_total",),
+            "rl.engine.spec_decode.draft_tokens": ("vllm:spec_decode_num_draft_tokens_total",),
+            "rl.engine.spec_decode.accepted_tokens": ("vllm:spec_decode_num_accepted_tokens_total",),
+            "rl.engine.requests.running": ("vllm:num_requests_running",),
+            "rl.engine.requests.waiting": ("vllm:num_requests_waiting",),
+            "rl.engine.kv_cache.usage": ("vllm:kv_cache_usage_perc",),
         },
         {"finished_reason": FINISH_REASON},
     ),
     "sglang": EngineFlavor(
         "sglang",
         {
-            # Some deployments expose SGLang's series with an underscore prefix.
-            "rl.engine.prompt_tokens": ("sglang:prompt_tokens_total", "sglang_prompt_tokens_total"),
+            # SGLang's token counters move only when a request finishes; its per-iteration
+            # counter (split by mode) moves every scheduler step, so it is preferred.
+            "rl.engine.prompt_tokens": (
+                "sglang:realtime_tokens_total{mode=prefill_compute|prefill_cache}",
+                "sglang:prompt_tokens_total"),
             "rl.engine.generation_tokens": (
-                "sglang:generation_tokens_total", "sglang_generation_tokens_total"),
+                "sglang:realtime_tokens_total{mode=decode}", "sglang:generation_tokens_total"),
             # SGLang counts finished requests without a reason label.
-            "rl.engine.request.success": ("sglang:num_requests_total", "sglang_num_requests_total"),
-            "rl.engine.preemptions": (
-                "sglang:num_retracted_requests_total", "sglang_num_retracted_requests_total"),
+            "rl.engine.request.success": ("sglang:num_requests_total",),
+            "rl.engine.preemptions": ("sglang:num_retracted_requests_total",),
             "rl.engine.prefix_cache.hits": (
-                "sglang:cached_tokens_total", "sglang_cached_tokens_total"),
+                "sglang:realtime_tokens_total{mode=prefill_cache}", "sglang:cached_tokens_total"),
             # Every prompt token is looked up in SGLang's radix cache, so queries == prompt tokens.
             "rl.engine.prefix_cache.queries": (
-                "sglang:prompt_tokens_total", "sglang_prompt_tokens_total"),
-            # Only with --collect-tokens-histogram.
-            "rl.engine.prompt_length": (
-                "sglang:prompt_tokens_histogram", "sglang_prompt_tokens_histogram"),
-            "rl.engine.generation_length": (
-                "sglang:generation_tokens_histogram", "sglang_generation_tokens_histogram"),
-            "rl.engine.time_to_first_token": (
-                "sglang:time_to_first_token_seconds", "sglang_time_to_first_token_seconds"),
+                "sglang:realtime_tokens_total{mode=prefill_compute|prefill_cache}",
+                "sglang:prompt_tokens_total"),
+            "rl.engine.prompt_length": ("sglang:prompt_tokens_histogram",),
+            "rl.engine.generation_length": ("sglang:generation_tokens_histogram",),
+            "rl.engine.time_to_first_token": ("sglang:time_to_first_token_seconds",),
+            "rl.engine.e2e_latency": ("sglang:e2e_request_latency_seconds",),
+            "rl.engine.spec_decode.acceptance_rate": ("sglang:spec_accept_rate",),
+            "rl.engine.requests.running": ("sglang:num_running_reqs",),
+            "rl.engine.requests.waiting": ("sglang:num_queue_reqs",),
+            "rl.engine.kv_cache.usage": ("sglang:token_usage",),
         },
     ),
 }
@@ -266,12 +335,8 @@ class _ReadError(Exception):
     """A read produced data the flavor cannot map; the snapshot is dropped."""
 
 
-def _base_name(name: str) -> str:
-    return name[: -len("_total")] if name.endswith("_total") else name
-
-
 class _Index:
-    """A flavor turned into a lookup from family name to (series, preference)."""
+    """A flavor turned into a lookup from family name to the sources it may feed."""
 
     __slots__ = ("by_family", "labels")
 
@@ -279,32 +344,44 @@ class _Index:
         self.labels: Final = dict(flavor.labels)
         # One engine series may feed two vocabulary names (SGLang's prompt tokens are also
         # its prefix-cache queries).
-        self.by_family: Final[dict[str, list[tuple[str, int]]]] = {}
+        self.by_family: Final[dict[str, list[_Source]]] = {}
         for series, candidates in flavor.sources.items():
             for rank, candidate in enumerate(candidates):
-                self.by_family.setdefault(_base_name(candidate), []).append((series, rank))
+                family, source = _parse_candidate(series, rank, candidate)
+                self.by_family.setdefault(family, []).append(source)
 
 
-def _build_snapshot(families: Iterable[_Family], index: _Index) -> EngineSnapshot:
-    chosen: dict[str, tuple[int, _Family]] = {}
+def _selected(source: _Source, labels: Mapping[str, str]) -> bool:
+    return source.label is None or labels.get(source.label) in source.values
+
+
+def _build_snapshot(families: Iterable[_Family], index: _Index) -> tuple[EngineSnapshot, bool]:
+    """The snapshot, and whether any of the flavor's families was exposed at all (a family
+    with no samples yet counts: an idle engine has not labelled its counters)."""
+    chosen: dict[str, tuple[_Source, _Family]] = {}
+    exposed = False
     for family in families:
-        for series, rank in index.by_family.get(_base_name(family.name), ()):
-            best = chosen.get(series)
-            if best is None or rank < best[0]:
-                chosen[series] = (rank, family)
+        sources = index.by_family.get(_base_name(family.name), ())
+        exposed = exposed or bool(sources)
+        for source in sources:
+            if source.label is not None and not any(_selected(source, x.labels) for x in family.samples):
+                continue  # a selector that matches nothing here leaves the next candidate a chance
+            best = chosen.get(source.series)
+            if best is None or source.rank < best[0].rank:
+                chosen[source.series] = (source, family)
     values: dict[SourceSeries, EngineValue] = {}
-    for series, (_, family) in chosen.items():
+    for series, (source, family) in chosen.items():
         kind = _SPECS[series].kind
         if family.type != kind:
             raise _ReadError(
                 f"engine series {family.name!r} (for {series}) has type {family.type!r}, "
                 f"expected {kind!r}"
             )
-        if kind == "counter":
-            _read_counter(series, family, index, values)
-        else:
+        if kind == "histogram":
             _read_histogram(series, family, index, values)
-    return EngineSnapshot(values)
+        else:
+            _read_scalar(series, source, family, index, values)
+    return EngineSnapshot(values), exposed
 
 
 def _split_labels(
@@ -314,12 +391,23 @@ def _split_labels(
     return EngineSeries(series, kept), tuple(sorted(labels.items()))
 
 
-def _read_counter(
-    series: str, family: _Family, index: _Index, out: dict[SourceSeries, EngineValue]
+def _read_scalar(
+    series: str, source: _Source, family: _Family, index: _Index, out: dict[SourceSeries, EngineValue]
 ) -> None:
+    counter = family.type == "counter"
     for sample in family.samples:
-        if not sample.name.endswith("_total") or math.isnan(sample.value):
-            continue  # _created timestamps; a NaN counter is broken, so leave it out
+        if counter and not sample.name.endswith("_total"):
+            continue  # _created timestamps
+        if math.isnan(sample.value) or not _selected(source, sample.labels):
+            continue  # a NaN value is broken, so leave it out
+        if counter and sample.value < 0:
+            warn_once(
+                f"rlsight.engines.negative:{family.name}",
+                f"engine counter {family.name!r}{dict(sample.labels)} is negative "
+                f"({sample.value}); a counter only counts up, so the sample is left out",
+                stacklevel=5,
+            )
+            continue
         key, labels = _split_labels(series, sample.labels, index)
         out[SourceSeries(key, family.name, labels)] = float(sample.value)
 
@@ -346,6 +434,16 @@ def _read_histogram(
         per_bucket = tuple(
             c - (cumulative[i - 1][1] if i else 0.0) for i, (_, c) in enumerate(cumulative)
         )
+        if any(c < 0 or math.isnan(c) for c in per_bucket):
+            # Cumulative bucket counts that go down along ``le`` are not a histogram; leave
+            # this one out of the read, so the next read counts it from zero like a reset.
+            warn_once(
+                f"rlsight.engines.non_monotonic:{family.name}",
+                f"engine histogram {family.name!r}{dict(labels)} has cumulative bucket counts "
+                "that decrease along le; it is left out of this read and counted as reset",
+                stacklevel=5,
+            )
+            continue
         total = counts.get(labels, cumulative[-1][1])
         key, all_labels = _split_labels(series, dict(labels), index)
         out[SourceSeries(key, family.name, all_labels)] = EngineHistogram(
@@ -353,27 +451,41 @@ def _read_histogram(
         )
 
 
-def _value_delta(before: EngineValue | None, after: EngineValue) -> EngineValue:
+def _warn_reset(key: SourceSeries, before: float, after: float) -> None:
+    warn_once(
+        f"rlsight.engines.reset:{key.source}",
+        f"engine series {key.source!r} went down ({before:g} -> {after:g}): treated as a reset "
+        "(the engine restarted), so this step's delta is the new value, never negative",
+        stacklevel=5,
+    )
+
+
+def _value_delta(key: SourceSeries, before: EngineValue | None, after: EngineValue) -> EngineValue:
+    if _SPECS[key.series.name].kind == "gauge":
+        return after  # a gauge is a level, read when the step ends; nothing to subtract
     if isinstance(after, EngineHistogram):
-        if (
-            not isinstance(before, EngineHistogram)
-            or before.bounds != after.bounds
-            or after.count < before.count
-            or any(a < b for a, b in zip(after.counts, before.counts, strict=True))
+        if not isinstance(before, EngineHistogram) or before.bounds != after.bounds:
+            return after  # new series or re-bucketed: it counted up from zero
+        if after.count < before.count or any(
+            a < b for a, b in zip(after.counts, before.counts, strict=True)
         ):
-            return after  # new series, re-bucketed or reset: it counted up from zero
+            _warn_reset(key, before.count, after.count)
+            return after
         return EngineHistogram(
             after.bounds,
             tuple(a - b for a, b in zip(after.counts, before.counts, strict=True)),
             after.sum - before.sum,
             after.count - before.count,
         )
-    if not isinstance(before, float) or after < before:
-        return after  # new series, or a reset: the engine restarted and counted from zero
+    if not isinstance(before, float):
+        return after  # new series: it counted from zero
+    if after < before:
+        _warn_reset(key, before, after)
+        return after
     return after - before
 
 
-def _add(total: EngineValue, more: EngineValue) -> EngineValue | None:
+def _add(spec: EngineSeriesSpec, total: EngineValue, more: EngineValue) -> EngineValue | None:
     if isinstance(total, EngineHistogram):
         if not isinstance(more, EngineHistogram) or total.bounds != more.bounds:
             return None
@@ -385,6 +497,8 @@ def _add(total: EngineValue, more: EngineValue) -> EngineValue | None:
         )
     if isinstance(more, EngineHistogram):
         return None
+    if spec.kind == "gauge" and spec.aggregate == "max":
+        return max(total, more)
     return total + more
 
 
@@ -394,9 +508,9 @@ def _snapshot_delta(prev: EngineSnapshot | None, cur: EngineSnapshot | None) -> 
     out: EngineDeltas = {}
     unmergeable: set[EngineSeries] = set()
     for key, value in cur.values.items():
-        change = _value_delta(prev.values.get(key), value)
+        change = _value_delta(key, prev.values.get(key), value)
         total = out.get(key.series)
-        merged = change if total is None else _add(total, change)
+        merged = change if total is None else _add(_SPECS[key.series.name], total, change)
         if merged is None:
             unmergeable.add(key.series)
         else:
@@ -499,18 +613,17 @@ class EngineMetricsReader:
             timeout_s: Deadline of one scrape, connection included.
             max_bytes: Largest body accepted; a larger one fails the read.
         """
-        return cls(
-            lambda: _scrape(url, timeout_s, max_bytes), flavor=flavor, source=url
-        )
+        return cls(_Scraper(url, timeout_s, max_bytes), flavor=flavor, source=url)
 
     def snapshot(self) -> EngineSnapshot | None:
         """Read the engine's cumulative series now; ``None`` if the read failed.
 
         A failure warns once per source and kind of failure, and the run goes on: the
-        caller's next :meth:`delta` against ``None`` is ``{}``.
+        caller's next :meth:`delta` against ``None`` is ``{}``. A read that finds none of the
+        flavor's series (stats off, wrong flavor) warns once too, and gives an empty snapshot.
         """
         try:
-            return _build_snapshot(self._collect(), self._index)
+            snapshot, exposed = _build_snapshot(self._collect(), self._index)
         except Exception as exc:
             # The families come from code we do not own (an engine's collectors, a remote
             # server), and vLLM's own snapshot reader raises AssertionError on a metric type
@@ -523,6 +636,16 @@ class EngineMetricsReader:
                 stacklevel=2,
             )
             return None
+        if not exposed:
+            warn_once(
+                f"rlsight.engines.empty:{self.source}:{self.flavor.name}",
+                f"reading engine metrics from {self.source} found none of the {self.flavor.name} "
+                "series, so every engine delta is empty. vLLM's offline LLM(...) keeps no stats "
+                "unless built with disable_log_stats=False; a vLLM or SGLang server needs its "
+                "metrics enabled (SGLang: --enable-metrics); or the flavor is the wrong one",
+                stacklevel=2,
+            )
+        return snapshot
 
     @staticmethod
     def delta(prev: EngineSnapshot | None, cur: EngineSnapshot | None) -> EngineDeltas:
@@ -546,7 +669,12 @@ class EngineMetricsReader:
 
 
 class _Fetch:
-    """One scrape running in a daemon thread; the caller reads ``body`` or ``error``."""
+    """One scrape running in a daemon thread; the caller reads ``body`` or ``error``.
+
+    The body is read a chunk at a time against the scrape's deadline, so a server that
+    dribbles bytes (each arriving within the socket timeout) cannot keep the thread alive:
+    it gives up at the deadline, at most one socket timeout late.
+    """
 
     __slots__ = ("body", "error")
 
@@ -555,38 +683,73 @@ class _Fetch:
         self.error: Exception | None = None
 
     def run(self, url: str, timeout_s: float, max_bytes: int) -> None:
+        deadline = time.monotonic() + timeout_s
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         try:
             with opener.open(url, timeout=timeout_s) as response:
-                raw = response.read(max_bytes + 1)
-            if len(raw) > max_bytes:
-                raise ValueError(f"response is larger than max_bytes={max_bytes}")
-            self.body = raw.decode("utf-8")
+                chunks: list[bytes] = []
+                size = 0
+                while True:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"the body did not arrive within timeout_s={timeout_s}")
+                    chunk = response.read1(65536)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if size > max_bytes:
+                        raise ValueError(f"response is larger than max_bytes={max_bytes}")
+            self.body = b"".join(chunks).decode("utf-8")
         except (OSError, ValueError, http.client.HTTPException) as exc:
+            if isinstance(exc, urllib.error.HTTPError):
+                exc.close()  # it holds the response's socket, which the caller never reads
             self.error = exc
 
 
-def _scrape(url: str, timeout_s: float, max_bytes: int) -> Iterable[_Family]:
-    try:
-        from prometheus_client.parser import text_string_to_metric_families
-    except ImportError as exc:
-        raise ImportError(
-            "EngineMetricsReader.from_url needs prometheus-client: pip install 'rlsight[engines]'"
-        ) from exc
-    fetch = _Fetch()
-    thread = threading.Thread(
-        target=fetch.run, args=(url, timeout_s, max_bytes), name="rlsight-engine-scrape",
-        daemon=True,
-    )
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        raise TimeoutError(f"no answer within timeout_s={timeout_s}")
-    if fetch.error is not None:
-        raise fetch.error
-    if fetch.body is None:
-        raise RuntimeError("the scrape thread ended without a body or an error")
-    return list(text_string_to_metric_families(fetch.body))
+class _Scraper:
+    """Scrapes one URL, at most one request in flight.
+
+    A scrape the caller stopped waiting for may still be finishing (up to one socket timeout
+    past its deadline); while it does, the next read fails at once instead of starting a
+    second thread, so a stalled engine costs one thread, not one per step.
+    """
+
+    __slots__ = ("_lock", "_thread", "max_bytes", "timeout_s", "url")
+
+    def __init__(self, url: str, timeout_s: float, max_bytes: int) -> None:
+        self.url = url
+        self.timeout_s = timeout_s
+        self.max_bytes = max_bytes
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> Iterable[_Family]:
+        try:
+            from prometheus_client.parser import text_string_to_metric_families
+        except ImportError as exc:
+            raise ImportError(
+                "EngineMetricsReader.from_url needs prometheus-client: pip install 'rlsight[engines]'"
+            ) from exc
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                raise TimeoutError(
+                    "the previous scrape has not finished yet (the server is slow or stalled)"
+                )
+            fetch = _Fetch()
+            thread = threading.Thread(
+                target=fetch.run, args=(self.url, self.timeout_s, self.max_bytes),
+                name="rlsight-engine-scrape", daemon=True,
+            )
+            self._thread = thread
+            thread.start()
+        thread.join(self.timeout_s)
+        if thread.is_alive():
+            raise TimeoutError(f"no answer within timeout_s={self.timeout_s}")
+        if fetch.error is not None:
+            raise fetch.error
+        if fetch.body is None:
+            raise RuntimeError("the scrape thread ended without a body or an error")
+        return list(text_string_to_metric_families(fetch.body))
 
 
 _INSTRUMENTS: Final = InstrumentCache()
@@ -602,7 +765,8 @@ def record_engine_deltas(
 ) -> None:
     """Record one step's engine deltas as OTel metrics; a no-op without telemetry.
 
-    A counter delta is added to the counter of its vocabulary name. A histogram delta is
+    A counter delta is added to the counter of its vocabulary name; a gauge's level is set
+    on the gauge of its vocabulary name. A histogram delta is
     recorded as three counters, ``<name>.count``, ``<name>.sum`` and ``<name>.bucket`` (one
     point per bucket, cumulative, with the upper bound in ``rl.engine.le`` as Prometheus
     writes it), because the OTel API records single observations, not pre-counted buckets.
@@ -637,6 +801,9 @@ def _record_engine_deltas(
             )
             continue
         attributes = {**base, **dict(series.attributes)}
+        if spec.kind == "gauge" and not isinstance(value, EngineHistogram):
+            _INSTRUMENTS.gauge(meter, spec.name, spec.unit, spec.description).set(value, attributes)
+            continue
         if not isinstance(value, EngineHistogram):
             counter = _INSTRUMENTS.counter(meter, spec.name, spec.unit, spec.description)
             counter.add(value, attributes)

@@ -71,6 +71,8 @@ EFFICIENCY_SECONDS: Final = "rl.efficiency.seconds"
 #: Share of the window's wall time spent in each efficiency category, in percent (gauge).
 EFFICIENCY_PCT: Final = "rl.efficiency.pct"
 _CATEGORY: Final = "rl.efficiency.category"
+#: How the seconds were measured: ``span`` (an efficiency span) or ``reported``.
+_MEASUREMENT: Final = "rl.efficiency.measurement"
 #: Declared values that were not recorded, by ``rl.metric.name`` and ``rl.metric.reason``
 #: (``missing``, ``not_a_number``, ``not_finite``, ``negative``) (counter).
 SKIPPED: Final = "rl.metrics.skipped"
@@ -376,7 +378,7 @@ class _RunWindow:
 
     def __init__(self, runtime: Telemetry | None) -> None:
         self.runtime = runtime
-        self.seconds: _Tally[str] = _Tally()
+        self.seconds: _Tally[tuple[str, str]] = _Tally()
 
 
 _RUN: _RunWindow = _RunWindow(None)
@@ -425,7 +427,7 @@ def _record_efficiency(
     runtime: Telemetry, meter: Meter, step: int, denominator_s: float | None
 ) -> None:
     global _RUN
-    drained = runtime.take_efficiency_seconds()
+    drained = runtime.take_efficiency_measurements()
     run = _RUN
     if run.runtime is not runtime:
         run = _RUN = _RunWindow(runtime)
@@ -450,15 +452,16 @@ def _record_efficiency(
     )
     # Every category seen so far gets a point each step: efficiency spans account for all
     # of this process's time in a category, so a category absent this step truly took 0 s.
-    for category in sorted(run.seconds):
-        seconds = drained.get(category, 0.0)
-        seconds_counter.add(seconds, {STEP_ATTRIBUTE: step, _CATEGORY: category})
-        share = seconds if pct_window == "step" else run.seconds[category]
+    for key in sorted(run.seconds):
+        category, measurement = key
+        seconds = drained.get(key, 0.0)
+        attributes: dict[str, str | int] = {
+            STEP_ATTRIBUTE: step, _CATEGORY: category, _MEASUREMENT: measurement,
+        }
+        seconds_counter.add(seconds, attributes)
+        share = seconds if pct_window == "step" else run.seconds[key]
         if wall_s > 0:
-            pct_gauge.set(
-                100.0 * share / wall_s,
-                {STEP_ATTRIBUTE: step, _CATEGORY: category, WINDOW_ATTRIBUTE: pct_window},
-            )
+            pct_gauge.set(100.0 * share / wall_s, {**attributes, WINDOW_ATTRIBUTE: pct_window})
 
 
 def record_inference(
@@ -556,9 +559,11 @@ def _builtin_rows() -> list[list[str]]:
 
     engine_attrs = "`rl.step`, `rl.engine.name`"
     rows = [
-        [f"`{EFFICIENCY_SECONDS}`", "counter", "`s`", f"`rl.step`, `{_CATEGORY}`", "—",
-         "Seconds in each efficiency category during the step (`tee_step_metrics`)."],
-        [f"`{EFFICIENCY_PCT}`", "gauge", "`%`", f"`rl.step`, `{_CATEGORY}`, `rl.window`", "—",
+        [f"`{EFFICIENCY_SECONDS}`", "counter", "`s`", f"`rl.step`, `{_CATEGORY}`, `{_MEASUREMENT}`",
+         "—", "Seconds in each efficiency category during the step (`tee_step_metrics`); "
+         "`rl.efficiency.measurement` is `span` or `reported` (`record_efficiency_seconds`)."],
+        [f"`{EFFICIENCY_PCT}`", "gauge", "`%`",
+         f"`rl.step`, `{_CATEGORY}`, `{_MEASUREMENT}`, `rl.window`", "—",
          "Share of the window's wall time in the category; `rl.window` says step or run."],
         [f"`{SKIPPED}`", "counter", "`{point}`", f"`{_NAME}`, `{_REASON}`, + the record's", "—",
          "Declared values left out (reason `missing`, `not_a_number`, `not_finite`, "
@@ -590,6 +595,10 @@ def _builtin_rows() -> list[list[str]]:
         if spec.kind == "counter":
             rows.append([f"`{spec.name}`", "counter", f"`{spec.unit}`", engine_attrs + extra,
                          "—", spec.description + " Per-step delta."])
+            continue
+        if spec.kind == "gauge":
+            rows.append([f"`{spec.name}`", "gauge", f"`{spec.unit}`", engine_attrs + extra,
+                         "—", spec.description + f" Level, {spec.aggregate} over engines."])
             continue
         rows += [
             [f"`{spec.name}.count`", "counter", "`1`", engine_attrs + extra, "—",

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from rlsight import _host
 from rlsight import groups as _groups
 from rlsight._batching import BatchingSpanProcessor, _bounded
 from rlsight.config import TelemetryConfig
@@ -65,7 +66,9 @@ IDENTITY_ENV: Final = (
      "Which fleet the process belongs to; Ray actors default to their class name."),
     (ENV_RANK, "rl.rank", "`0`", "The process's rank within its worker group."),
     (ENV_WORLD_SIZE, "rl.world_size", "`1`", "How many ranks the worker group has."),
-    (ENV_DEVICES, "rl.devices", "unset (the analysis counts 1)",
+    (ENV_DEVICES, "rl.devices",
+     "the GPUs Ray assigned the process, else the ids in `CUDA_VISIBLE_DEVICES`; unset when none "
+     "(the analysis counts 1)",
      "Accelerators the process drives; weights its fleet in utilisation."),
 )
 
@@ -143,7 +146,7 @@ class Telemetry:
         self._shut_down = False
         self.started_ns = time.time_ns()
         self.current_step: int | None = None
-        self._efficiency: dict[str, float] = {}
+        self._efficiency: dict[tuple[str, str], float] = {}
         self._efficiency_lock = threading.Lock()
         self._internal_errors: collections.Counter[str] = collections.Counter()
         self._tracer_provider: TracerProvider | None = None
@@ -265,8 +268,14 @@ class Telemetry:
         }
         if self.config.algorithm:
             attrs["rl.algorithm"] = self.config.algorithm
-        if ident.devices is not None:
-            attrs["rl.devices"] = ident.devices
+        attrs.update(_host.host_attributes(os.environ))
+        accelerators = _host.accelerator_ids(os.environ)
+        if accelerators:
+            attrs["hw.type"] = "gpu"
+            attrs["hw.id"] = list(accelerators)
+        devices = ident.devices if ident.devices is not None else (len(accelerators) or None)
+        if devices is not None:
+            attrs["rl.devices"] = devices
         attrs.update(self.config.resource_attributes)
         attrs.update(ident.resource_attributes)
         return attrs
@@ -471,13 +480,25 @@ class Telemetry:
         return PeriodicExportingMetricReader(metric_exporter, export_interval_millis=_OTLP_METRIC_INTERVAL_MS)
 
     # -- run-scoped state the helpers share ---------------------------------------------------
-    def add_efficiency_seconds(self, category: str, seconds: float) -> None:
-        """Accumulate time spent in an efficiency category (called by ``efficiency_span``)."""
+    def add_efficiency_seconds(self, category: str, seconds: float, measurement: str = "span") -> None:
+        """Accumulate time spent in an efficiency category.
+
+        ``measurement`` says how it was measured: ``span`` (``efficiency_span``) or
+        ``reported`` (``record_efficiency_seconds``).
+        """
+        key = (category, measurement)
         with self._efficiency_lock:
-            self._efficiency[category] = self._efficiency.get(category, 0.0) + seconds
+            self._efficiency[key] = self._efficiency.get(key, 0.0) + seconds
 
     def take_efficiency_seconds(self) -> dict[str, float]:
-        """Efficiency seconds per category since the last call (the per-step metrics tee)."""
+        """Efficiency seconds per category since the last call, all measurements summed."""
+        out: dict[str, float] = {}
+        for (category, _), seconds in self.take_efficiency_measurements().items():
+            out[category] = out.get(category, 0.0) + seconds
+        return out
+
+    def take_efficiency_measurements(self) -> dict[tuple[str, str], float]:
+        """Efficiency seconds per ``(category, measurement)`` since the last call (the tee)."""
         with self._efficiency_lock:
             out = dict(self._efficiency)
             self._efficiency.clear()

@@ -35,12 +35,15 @@ from rlsight.groups import _GATE, RL
 
 __all__ = [
     "BUILTIN_EFFICIENCY_CATEGORIES",
+    "BUILTIN_UNBUCKETED_EFFICIENCY_CATEGORIES",
     "REDACTED_KEYS",
     "declare_efficiency_categories",
     "declared_efficiency_categories",
     "efficiency_span",
     "job_span",
     "load_model_span",
+    "record_efficiency_seconds",
+    "record_span",
     "setup_span",
     "span",
     "startup_span",
@@ -178,8 +181,11 @@ class _LiveSpan:
         self._token: object = None
         self._depth = 0
 
-    def start(self) -> Span | None:
-        """Start the span without attaching it (generator wrappers attach per resume)."""
+    def start(self, start_time: int | None = None) -> Span | None:
+        """Start the span without attaching it (generator wrappers attach per resume).
+
+        ``start_time`` (ns since the epoch) places a span measured elsewhere (``record_span``).
+        """
         rt = _runtime._ACTIVE
         if rt is None:
             return None
@@ -206,7 +212,7 @@ class _LiveSpan:
                 del attrs["rl.bucket"]
             if self._category is not None:
                 attrs["rl.efficiency.category"] = self._category
-            self._span = rt.tracer.start_span(self._name, attributes=attrs)
+            self._span = rt.tracer.start_span(self._name, attributes=attrs, start_time=start_time)
         except Exception as exc:
             rt.report_internal_error("span-start", exc)
             return None
@@ -354,6 +360,44 @@ def span(group: str, name: str, /, **attributes: Any) -> _LiveSpan | _NoopSpan:
     return _LiveSpan(group, name, attributes)
 
 
+def record_span(group: str, name: str, start: float, end: float, /, **attributes: Any) -> None:
+    """Record a span of ``group`` whose times were measured elsewhere, after the fact.
+
+    Use it where a framework already timed a phase (``t0 = time.time(); ...; t1 = time.time()``)
+    and the code cannot be wrapped in :func:`span`. The span is a child of the span current
+    where ``record_span`` is called and gets its group's bucket, exactly as :func:`span` would.
+
+    Args:
+        group: A registered span group, as for :func:`span`.
+        name: A literal, lowercase dotted name; ``rlsight check`` reads it from the source.
+        start: When the work began, in seconds since the epoch (``time.time()``).
+        end: When it ended, same clock; a span with ``end < start`` is skipped with one
+            warning per name, since a negative duration would corrupt the goodput rollup.
+        **attributes: As for :func:`span`.
+    """
+    enabled = _GATE.enabled
+    if group not in enabled or (_PER_PROMPT not in enabled and _per_prompt.get()):
+        return
+    if not end >= start:  # also catches NaN
+        warn_once(
+            f"record-span-backwards:{name}",
+            f"rlsight: record_span({group!r}, {name!r}, start={start!r}, end={end!r}): end is before "
+            "start; pass time.time() values with start first. The span is skipped",
+            stacklevel=2,
+        )
+        return
+    live = _LiveSpan(group, name, attributes)
+    started = live.start(int(start * 1e9))
+    if started is None:
+        return
+    try:
+        started.end(int(end * 1e9))
+    except Exception as exc:
+        rt = _runtime._ACTIVE
+        if rt is not None:
+            rt.report_internal_error("record-span-end", exc)
+
+
 def umbrella_span(group: str, name: str, /, **attributes: Any) -> _LiveSpan | _NoopSpan:
     """A structural span (job, step, rollout, startup...) that carries no bucket.
 
@@ -388,13 +432,13 @@ class _StepSpan(_LiveSpan):
         super().__init__(RL.STEP, "rl.step", attrs, umbrella=True)
         self._step = step
 
-    def start(self) -> Span | None:
+    def start(self, start_time: int | None = None) -> Span | None:
         rt = _runtime._ACTIVE
         if rt is not None:
             rt.current_step = self._step
             if rt.watchdog is not None:
                 rt.watchdog.progress.started(self._step)
-        return super().start()
+        return super().start(start_time)
 
     def finish(self, exc: BaseException | None) -> None:
         # The watchdog hears of the end before the span processors run: ending a step can
@@ -496,30 +540,48 @@ def setup_span(phase: str) -> _SetupSpan | _NoopSpan:
 
 # -- efficiency ----------------------------------------------------------------------------
 
-_EFFICIENCY: dict[str, tuple[str, Bucket]] = {}
-_CONCURRENT: Final = {"rl.concurrent": True}
+_EFFICIENCY: dict[str, tuple[str, Bucket | None]] = {}
 _EFFICIENCY_LOCK: Final = threading.Lock()
+_BUCKET_NAMES: Final = frozenset(b.value for b in Bucket)
 
 
-def declare_efficiency_categories(*categories: str) -> None:
-    """Declare the ``<bucket>/<reason>`` categories :func:`efficiency_span` may use.
+def declare_efficiency_categories(*categories: str, bucketed: bool = True) -> None:
+    """Declare the ``<prefix>/<reason>`` categories :func:`efficiency_span` may use.
 
     Categories are declared up front so docs, dashboards and ``rlsight check`` know the full
-    list; the prefix is the bucket the wait or waste is counted in.
+    list. A bucketed category's prefix is the bucket its time is counted in
+    (``idle/buffer_starvation``). With ``bucketed=False`` the prefix is free (``collector/loop``,
+    ``init/total``): the category's seconds are measured and reported on
+    ``rl.efficiency.seconds``, but its spans claim no bucket, so they never partition wall
+    time. Use that for time that overlaps the controller's own (a background collector's
+    loop) or that sums other categories (the whole of initialisation).
 
     Raises:
-        ValueError: a category is not ``<bucket>/<reason>`` with a known bucket.
+        ValueError: a category is not ``<prefix>/<reason>``, or a bucketed one's prefix is not
+            a bucket, or an unbucketed one's prefix is a bucket name.
     """
     for category in categories:
         prefix, sep, reason = category.partition("/")
-        if not sep or not reason or prefix not in {b.value for b in Bucket} or "/" in reason:
+        if not sep or not reason or not prefix or "/" in reason:
             raise ValueError(
                 f"efficiency category {category!r} must look like '<bucket>/<reason>' with "
-                "bucket one of productive, overhead, idle, wasted (e.g. 'idle/buffer_starvation')"
+                "bucket one of productive, overhead, idle, wasted (e.g. 'idle/buffer_starvation'), "
+                "or '<prefix>/<reason>' with bucketed=False"
+            )
+        if bucketed and prefix not in _BUCKET_NAMES:
+            raise ValueError(
+                f"efficiency category {category!r} must look like '<bucket>/<reason>' with "
+                "bucket one of productive, overhead, idle, wasted (e.g. 'idle/buffer_starvation'); "
+                "declare it with bucketed=False if its time belongs to no bucket"
+            )
+        if not bucketed and prefix in _BUCKET_NAMES:
+            raise ValueError(
+                f"efficiency category {category!r} is declared with bucketed=False but its prefix "
+                f"is the bucket {prefix!r}; drop bucketed=False or pick another prefix"
             )
         name = "rl.efficiency." + category.replace("/", ".")
         with _EFFICIENCY_LOCK:
-            _EFFICIENCY[category] = (name, Bucket(prefix))
+            _EFFICIENCY[category] = (name, Bucket(prefix) if bucketed else None)
 
 
 def declared_efficiency_categories() -> tuple[str, ...]:
@@ -533,7 +595,8 @@ def efficiency_span(category: str, *, concurrent: bool = False) -> _LiveSpan | _
 
     Wrap only the wait itself (the sleep, the blocking get), never the block around it: any
     work inside would be counted as waiting too. The span's time also accumulates into the
-    per-step ``rl.efficiency.seconds{category}`` metric.
+    per-step ``rl.efficiency.seconds{category}`` metric, with
+    ``rl.efficiency.measurement="span"``.
 
     Args:
         category: A declared ``<bucket>/<reason>``.
@@ -555,8 +618,47 @@ def efficiency_span(category: str, *, concurrent: bool = False) -> _LiveSpan | _
         )
         return _NOOP
     name, bucket = declared
-    return _LiveSpan(RL.EFFICIENCY, name, _CONCURRENT if concurrent else None,
+    return _LiveSpan(RL.EFFICIENCY, name, _CONCURRENT_MEASUREMENT if concurrent else _SPAN_MEASUREMENT,
                      bucket=bucket, category=category)
+
+
+_SPAN_MEASUREMENT: Final = {"rl.efficiency.measurement": "span"}
+_CONCURRENT_MEASUREMENT: Final = {**_SPAN_MEASUREMENT, "rl.concurrent": True}
+
+
+def record_efficiency_seconds(category: str, seconds: float) -> None:
+    """Add efficiency seconds measured elsewhere (a framework's own timer, a log) to the step.
+
+    They join ``rl.efficiency.seconds`` and ``rl.efficiency.pct`` at the next
+    :func:`~rlsight.tee_step_metrics`, with ``rl.efficiency.measurement="reported"`` so a
+    dashboard can tell them from span-measured seconds. No span is made: reported seconds are
+    metrics only and do not enter the trace's goodput partition (wrap the wait in
+    :func:`efficiency_span` for that). A no-op without telemetry.
+
+    Args:
+        category: A declared category (``declare_efficiency_categories``).
+        seconds: Non-negative and finite; anything else is skipped with one warning.
+    """
+    rt = _runtime._ACTIVE
+    if rt is None:
+        return
+    if category not in _EFFICIENCY:
+        warn_once(
+            f"efficiency-undeclared:{category}",
+            f"rlsight: efficiency category {category!r} was never declared; call "
+            f"declare_efficiency_categories({category!r}) at import. The seconds are skipped",
+            stacklevel=2,
+        )
+        return
+    if not (isinstance(seconds, (int, float)) and 0 <= seconds < float("inf")):
+        warn_once(
+            f"efficiency-seconds:{category}",
+            f"rlsight: record_efficiency_seconds({category!r}, {seconds!r}): seconds must be a "
+            "finite number >= 0; skipped",
+            stacklevel=2,
+        )
+        return
+    rt.add_efficiency_seconds(category, float(seconds), "reported")
 
 
 #: The categories rlsight declares itself (docs/span-groups.md lists these).
@@ -564,7 +666,10 @@ BUILTIN_EFFICIENCY_CATEGORIES: Final = (
     "idle/buffer_starvation", "idle/refit_bubble", "idle/generation_wait", "idle/barrier",
     "wasted/stale_discard", "wasted/aborted_rollout", "wasted/recompute",
 )
+#: Built-in categories that claim no bucket: a collector's loop, the whole initialisation.
+BUILTIN_UNBUCKETED_EFFICIENCY_CATEGORIES: Final = ("collector/loop", "init/total")
 declare_efficiency_categories(*BUILTIN_EFFICIENCY_CATEGORIES)
+declare_efficiency_categories(*BUILTIN_UNBUCKETED_EFFICIENCY_CATEGORIES, bucketed=False)
 
 
 # -- decorators ----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ _RUN_ELSEWHERE = {
     "propagation.md": "tests/propagation/test_propagation_docs.py",
     "goodput.md": "tests/analysis/test_docs_goodput.py",
     "dashboards.md": "tests/test_logger_recipes.py",
+    "timers.md": "tests/test_timers.py",
 }
 _FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 _NOT_RUN = re.compile(r"<!--\s*not run:\s*\S.*?-->\s*$")

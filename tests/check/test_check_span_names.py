@@ -131,3 +131,42 @@ def test_helpers_imported_inside_a_function_are_followed(tmp_path: Path) -> None
         guards=("span-names",), cwd=tmp_path)
     problems = [v.problem for v in run_check(config).violations]
     assert any("'myrl.train.step'" in p and "pkg/worker.py:3" in p for p in problems), problems
+
+
+def _add_timer_sites(minirl: FixtureProject, table: str) -> int:
+    path = minirl.root / TRAINER
+    text = path.read_text(encoding="utf-8")
+    line = text.count("\n") + 2
+    path.write_text(
+        text + "\nfrom rlsight import TimerBridge, record_span\n"
+        f"BRIDGE = TimerBridge({table})\n"
+        "def _recorded() -> None:\n"
+        "    record_span(RL.TRAINING, 'minirl.recorded', 0.0, 1.0)\n",
+        encoding="utf-8",
+    )
+    return line
+
+
+def test_timer_bridge_rows_and_record_span_are_emit_sites(minirl: FixtureProject) -> None:
+    _add_timer_sites(minirl, "{'gen': RL.GENERATION, 'update': (RL.TRAINING, 'minirl.update_actor')}")
+    problems = [v.problem for v in minirl.violations("span-names")]
+    undocumented = sorted(p.split("'")[1] for p in problems if "is not documented" in p)
+    assert undocumented == ["minirl.recorded", "minirl.update_actor", "rl.timer.gen"]
+
+
+def test_a_timer_bridge_table_the_check_cannot_read_is_reported(minirl: FixtureProject) -> None:
+    line = _add_timer_sites(minirl, "dict(gen=RL.GENERATION)")
+    violations = [v for v in minirl.violations("span-names") if "cannot tell which name" in v.problem]
+    assert [(v.path, v.line) for v in violations] == [(TRAINER, line + 1)]
+
+
+def test_a_timer_bridge_table_in_an_upper_case_constant_is_read(minirl: FixtureProject) -> None:
+    path = minirl.root / TRAINER
+    path.write_text(
+        path.read_text(encoding="utf-8") + "\nfrom rlsight import TimerBridge\n"
+        "TIMER_GROUPS = {'gen': RL.GENERATION}\n"
+        "BRIDGE = TimerBridge(TIMER_GROUPS)\n",
+        encoding="utf-8",
+    )
+    problems = [v.problem for v in minirl.violations("span-names")]
+    assert [p.split("'")[1] for p in problems if "is not documented" in p] == ["rl.timer.gen"]

@@ -117,3 +117,34 @@ def run(config: TelemetryConfig) -> ShutdownReport:
     flushed: bool = rlsight.flush_telemetry(timeout_ms=500)
     assert flushed in (True, False)
     return rlsight.shutdown_telemetry(timeout_ms=1000)
+
+
+def adopt_existing_timers_logs_and_http(timing_raw: dict[str, float]) -> None:
+    """The adoption helpers: timers, after-the-fact spans, logs, efficiency seconds, HTTP hops."""
+    import time
+    from contextlib import AbstractContextManager
+
+    from rlsight import TimerBridge, instrument_logging, record_efficiency_seconds, record_span
+    from rlsight.http import instrument_fastapi, instrument_httpx, instrument_requests
+
+    def marked_timer(
+        name: str, timings: dict[str, float], color: str | None = None
+    ) -> AbstractContextManager[None]:
+        raise NotImplementedError
+
+    bridge = TimerBridge({"gen": RL.GENERATION, "update_actor": (RL.TRAINING, "rl.train.policy")})
+    with bridge.time("gen", timing_raw):
+        pass
+    wrapped = bridge.wrap(marked_timer)
+    with wrapped("update_actor", timing_raw, color="red"):
+        pass
+    t0 = time.time()
+    record_span(RL.REWARD, "rl.reward.score", t0, time.time(), prompts=4)
+    record_efficiency_seconds("idle/refit_bubble", 1.5)
+    instrument_logging()
+    instrument_httpx()
+    instrument_requests()
+    from fastapi import FastAPI
+
+    app: FastAPI = instrument_fastapi(FastAPI())
+    assert app is not None

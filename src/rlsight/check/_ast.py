@@ -32,6 +32,7 @@ __all__ = [
     "FIXED_SPANS",
     "GROUP_AND_NAME_HELPERS",
     "PER_PROMPT",
+    "TIMER_SPAN_PREFIX",
     "UMBRELLA_HELPERS",
     "CarrierDispatch",
     "CarrierMethod",
@@ -60,7 +61,7 @@ FIXED_SPANS: Final[dict[str, tuple[str, str]]] = {
     "load_model_span": ("setup", "rl.worker.load_model"),
     "discard": ("efficiency", "rl.discard"),
 }
-GROUP_AND_NAME_HELPERS: Final = frozenset({"span", "umbrella_span"})
+GROUP_AND_NAME_HELPERS: Final = frozenset({"span", "umbrella_span", "record_span"})
 DECORATOR_HELPERS: Final = frozenset({"traced", "umbrella_traced"})
 UMBRELLA_HELPERS: Final = frozenset({"umbrella_span", "umbrella_traced"})
 _KNOWN_HELPERS: Final = frozenset(
@@ -80,8 +81,11 @@ _KNOWN_HELPERS: Final = frozenset(
         "MetricSpec",
         "is_span_group_enabled",
         "per_prompt_scope",
+        "TimerBridge",
     }
 )
+#: What a ``TimerBridge`` label maps to when the table gives only a group.
+TIMER_SPAN_PREFIX: Final = "rl.timer."
 PER_PROMPT: Final = "per_prompt"
 _MAX_VALUES: Final = 64
 _CONSTANT_NAME: Final = re.compile(r"^_*[A-Z][A-Z0-9_]*$")
@@ -982,7 +986,7 @@ class _Collector(ast.NodeVisitor):
 
     # -- calls --------------------------------------------------------------------------------
 
-    def _emit(self, call: ast.Call, helper: str, group: Resolved, name: Resolved) -> None:
+    def _emit(self, call: ast.expr, helper: str, group: Resolved, name: Resolved) -> None:
         if self.module.external:
             return
         self.facts.spans.append(
@@ -1057,6 +1061,8 @@ class _Collector(ast.NodeVisitor):
             self._emit(node, helper, _known("efficiency"), _prefixed("rl.efficiency.", category, dots=True))
         elif helper == "SpanGroup":
             self._span_group(node)
+        elif helper == "TimerBridge":
+            self._timer_bridge(node)
         elif helper == "declare_efficiency_categories":
             for arg in node.args:
                 values = (
@@ -1078,6 +1084,24 @@ class _Collector(ast.NodeVisitor):
                 self.facts.dispatches.append(
                     CarrierDispatch(module, node.lineno, target, "dispatch_with_trace_context")
                 )
+
+    def _timer_bridge(self, node: ast.Call) -> None:
+        """Each row of a ``TimerBridge({...})`` table is a span emitted under its group."""
+        table = _argument(node, 0, "labels")
+        if isinstance(table, ast.Name):
+            found = self.project.lookup(f"{self.module.name}.{table.id}")
+            table = found[1] if found is not None and found[0] is self.module else table
+        if not isinstance(table, ast.Dict) or any(k is None for k in table.keys):
+            self._emit(node, "TimerBridge", _unknown("a TimerBridge table that is not a dict literal"),
+                       _unknown("a TimerBridge table that is not a dict literal"))
+            return
+        for key, value in zip(table.keys, table.values, strict=True):
+            label = self.resolve(key)
+            if isinstance(value, ast.Tuple) and len(value.elts) == 2:
+                group, name = self.resolve(value.elts[0]), self.resolve(value.elts[1])
+            else:
+                group, name = self.resolve(value), _prefixed(TIMER_SPAN_PREFIX, label)
+            self._emit(key or node, "TimerBridge", group, name)
 
     def _span_group(self, node: ast.Call) -> None:
         umbrella_arg = _argument(node, 3, "umbrella")

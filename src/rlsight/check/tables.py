@@ -110,11 +110,14 @@ def identity_table() -> str:
 
 def efficiency_categories_table() -> str:
     """rlsight's built-in efficiency categories, with their span name and bucket."""
-    from rlsight.spans import BUILTIN_EFFICIENCY_CATEGORIES
+    from rlsight.spans import BUILTIN_EFFICIENCY_CATEGORIES, BUILTIN_UNBUCKETED_EFFICIENCY_CATEGORIES
 
     rows = [
         [f"`{c}`", f"`rl.efficiency.{c.replace('/', '.')}`", f"`{c.split('/', 1)[0]}`"]
         for c in sorted(BUILTIN_EFFICIENCY_CATEGORIES)
+    ] + [
+        [f"`{c}`", f"`rl.efficiency.{c.replace('/', '.')}`", "none (`bucketed=False`)"]
+        for c in sorted(BUILTIN_UNBUCKETED_EFFICIENCY_CATEGORIES)
     ]
     return markdown_table(["category", "span", "bucket"], rows)
 

@@ -1,0 +1,69 @@
+"""The client side over httpx and requests (``rlsight[httpx]``, ``rlsight[requests]``).
+
+Rollout workers reach environment and reward services with httpx (sync or async) or with
+requests. OpenTelemetry's instrumentations for both inject ``traceparent`` and open a client
+span; rlsight runs them on its gated tracer.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Final
+
+from rlsight.http._gate import PROVIDER, import_extra
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["instrument_httpx", "instrument_requests"]
+
+_LOCK: Final = threading.Lock()
+
+
+def instrument_httpx(client: httpx.Client | httpx.AsyncClient | None = None, /) -> None:
+    """Trace the requests of one httpx ``client``, or of every httpx client when none is given.
+
+    Each request gets a client span (group ``per_prompt``) and a ``traceparent`` header. With no
+    argument every ``httpx.Client`` and ``httpx.AsyncClient`` created from now on is traced; call
+    it once per process (in an actor, from its ``__init__``). Calling it again does nothing.
+
+    Raises:
+        ImportError: httpx or the instrumentation is missing (``pip install 'rlsight[httpx]'``).
+        RuntimeError: the instrumentation refused this httpx version.
+    """
+    import_extra("httpx", "httpx")
+    module = import_extra("opentelemetry.instrumentation.httpx", "httpx")
+    instrumentor = module.HTTPXClientInstrumentor
+    if client is not None:
+        if not getattr(client, "_is_instrumented_by_opentelemetry", False):
+            instrumentor.instrument_client(client, tracer_provider=PROVIDER)
+        return
+    with _LOCK:
+        _instrument_globally(instrumentor(), "httpx")
+
+
+def instrument_requests() -> None:
+    """Trace every request this process makes with ``requests`` from now on.
+
+    Each request gets a client span (group ``per_prompt``) and a ``traceparent`` header. Call it
+    once per process; calling it again does nothing.
+
+    Raises:
+        ImportError: requests or the instrumentation is missing (``pip install 'rlsight[requests]'``).
+        RuntimeError: the instrumentation refused this requests version.
+    """
+    import_extra("requests", "requests")
+    module = import_extra("opentelemetry.instrumentation.requests", "requests")
+    with _LOCK:
+        _instrument_globally(module.RequestsInstrumentor(), "requests")
+
+
+def _instrument_globally(instrumentor: object, extra: str) -> None:
+    if instrumentor.is_instrumented_by_opentelemetry:  # type: ignore[attr-defined]
+        return
+    instrumentor.instrument(tracer_provider=PROVIDER)  # type: ignore[attr-defined]
+    if not instrumentor.is_instrumented_by_opentelemetry:  # type: ignore[attr-defined]
+        raise RuntimeError(
+            f"opentelemetry-instrumentation-{extra} refused to instrument this {extra} version "
+            f"(see the log); install matching versions with pip install 'rlsight[{extra}]'"
+        )

@@ -1,0 +1,108 @@
+"""The gated tracer every HTTP instrumentation in :mod:`rlsight.http` runs on.
+
+OpenTelemetry's HTTP instrumentations take a ``tracer_provider``; rlsight hands them this one,
+whatever scope they ask for. Its tracer records on rlsight's own provider while ``per_prompt``
+is on (an HTTP hop happens prompts x turns x tool calls times, which is exactly what
+``per_step`` must not scale with) and otherwise returns a non-recording span that carries the
+parent's context, so a client still injects ``traceparent`` and a server still re-parents the
+handler's own spans under the caller.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from types import ModuleType
+from typing import Any, Final
+
+from opentelemetry import trace as _trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanKind, Tracer, TracerProvider
+from opentelemetry.util.types import Attributes
+
+from rlsight import runtime as _runtime
+from rlsight.groups import _GATE, RL
+
+__all__ = ["PROVIDER", "import_extra"]
+
+_PER_PROMPT: Final = RL.PER_PROMPT
+
+
+class _GatedTracer(Tracer):
+    """rlsight's tracer while ``per_prompt`` is on; a pass-through of the parent otherwise."""
+
+    def start_span(
+        self,
+        name: str,
+        context: Context | None = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Attributes = None,
+        links: Sequence[Link] | None = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+    ) -> Span:
+        telemetry = _runtime._ACTIVE
+        if telemetry is None or _PER_PROMPT not in _GATE.enabled:
+            return NonRecordingSpan(_trace.get_current_span(context).get_span_context())
+        attrs: dict[str, Any] = dict(attributes) if attributes else {}
+        attrs["rl.span_group"] = _PER_PROMPT
+        attrs["thread.id"] = threading.get_native_id()
+        try:
+            return telemetry.tracer.start_span(
+                name, context, kind, attrs, links, start_time, record_exception, set_status_on_exception
+            )
+        except Exception as exc:
+            telemetry.report_internal_error("http-span-start", exc)
+            return NonRecordingSpan(_trace.get_current_span(context).get_span_context())
+
+    @contextmanager
+    def start_as_current_span(  # type: ignore[override]
+        self,
+        name: str,
+        context: Context | None = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Attributes = None,
+        links: Sequence[Link] | None = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+        end_on_exit: bool = True,
+    ) -> Iterator[Span]:
+        span = self.start_span(
+            name, context, kind, attributes, links, start_time, record_exception, set_status_on_exception
+        )
+        with _trace.use_span(
+            span,
+            end_on_exit=end_on_exit,
+            record_exception=record_exception,
+            set_status_on_exception=set_status_on_exception,
+        ) as current:
+            yield current
+
+
+class _GatedTracerProvider(TracerProvider):
+    """Hands the instrumentations the gated tracer, whatever scope they ask for."""
+
+    def get_tracer(
+        self,
+        instrumenting_module_name: str,
+        instrumenting_library_version: str | None = None,
+        schema_url: str | None = None,
+        attributes: Attributes = None,
+    ) -> Tracer:
+        return _TRACER
+
+
+_TRACER: Final = _GatedTracer()
+PROVIDER: Final = _GatedTracerProvider()
+
+
+def import_extra(module: str, extra: str) -> ModuleType:
+    """Import ``module`` or raise an ``ImportError`` that names the rlsight extra to install."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(f"rlsight.http needs {module}: pip install 'rlsight[{extra}]' ({exc})") from exc

@@ -29,7 +29,9 @@ def span_steps(table: SpanTable, steps: Steps) -> list[SpanStepStat]:
     n_steps = len(steps)
     cols = table.cols
     step_name = table.name_id(STEP_SPAN)
-    sel = np.flatnonzero((steps.of_span >= 0) & (cols.name != step_name)) if n_steps else []
+    if not n_steps:
+        return []
+    sel = np.flatnonzero((steps.of_span >= 0) & (cols.name != step_name))
     if not len(sel):
         return []
     key = cols.name[sel] * n_steps + steps.of_span[sel]

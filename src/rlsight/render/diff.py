@@ -12,7 +12,7 @@ import html
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
-from rlsight.render._format import count, pct
+from rlsight.render._format import count, pct, span_label
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -23,6 +23,9 @@ __all__ = ["MAX_SPAN_ROWS", "DiffSection", "diff_sections", "diff_title", "rende
 
 #: Span names the terminal and page list (largest change first); the JSON has all of them.
 MAX_SPAN_ROWS: Final = 15
+#: A bucket's "most changed" span is named only when it moved at least this much (0.5 ms):
+#: below, it would print as +0.000s and name noise.
+_SMALLEST_NS: Final = 500_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +50,7 @@ def _s(ns: float | None) -> str:
 def _signed_s(ns: float | None) -> str:
     if ns is None:
         return "-"
-    if ns == 0:
+    if abs(ns) < _SMALLEST_NS / 1000:
         return "0"
     return ("+" if ns > 0 else "-") + _s(abs(ns))
 
@@ -71,8 +74,8 @@ def diff_title(diff: RunDiff) -> str:
 
 
 def _stat_row(c: StatChange) -> list[str]:
-    return [c.name, f"{_s(c.a_median_ns)} / {_s(c.a_p90_ns)}", f"{_s(c.b_median_ns)} / {_s(c.b_p90_ns)}",
-            _signed_s(c.change_ns), _signed_pct(c.change_pct)]
+    return [span_label(c.name), f"{_s(c.a_median_ns)} / {_s(c.a_p90_ns)}",
+            f"{_s(c.b_median_ns)} / {_s(c.b_p90_ns)}", _signed_s(c.change_ns), _signed_pct(c.change_pct)]
 
 
 def _values(changes: list[ValueChange], fmt: str) -> list[list[str]]:
@@ -97,24 +100,24 @@ def diff_sections(diff: RunDiff) -> list[DiffSection]:
     """The diff as titled tables of plain strings, in the order both renderers show them."""
     out = []
     if diff.buckets:
-        rows, lines = [], []
+        rows: list[list[str]] = []
         for b in diff.buckets:
             row = _stat_row(b.change)
-            if b.driver is not None and b.driver_change_ns:
-                row.append(f"{b.driver} {_signed_s(b.driver_change_ns)}")
+            if b.driver is not None and abs(b.driver_change_ns) >= _SMALLEST_NS:
+                row.append(f"{span_label(b.driver)} {_signed_s(b.driver_change_ns)}")
             else:
                 row.append("")
             rows.append(row)
         out.append(DiffSection("per step (median / p90)",
-                               ["bucket", "A", "B", "change", "%", "most changed"], rows, lines))
+                               ["bucket", "A", "B", "change", "%", "most changed"], rows))
     if diff.spans or diff.spans_only_in_a or diff.spans_only_in_b:
-        lines = []
+        lines: list[str] = []
         if len(diff.spans) > MAX_SPAN_ROWS:
             lines.append(f"... {len(diff.spans) - MAX_SPAN_ROWS} more span name(s) (see --json)")
         if diff.spans_only_in_a:
-            lines.append("only in A: " + ", ".join(diff.spans_only_in_a))
+            lines.append("only in A: " + ", ".join(map(span_label, diff.spans_only_in_a)))
         if diff.spans_only_in_b:
-            lines.append("only in B: " + ", ".join(diff.spans_only_in_b))
+            lines.append("only in B: " + ", ".join(map(span_label, diff.spans_only_in_b)))
         out.append(DiffSection("seconds per step of each span name (median / p90)",
                                ["span", "A", "B", "change", "%"],
                                [_stat_row(c) for c in diff.spans[:MAX_SPAN_ROWS]], lines))

@@ -1,6 +1,7 @@
 """Compare two runs: per bucket, span name, startup phase and fleet, B against A.
 
-RUN_A and RUN_B are run folders or saved ``rlsight report --json`` documents. Every change
+RUN_A and RUN_B are run folders, saved ``rlsight report --json`` documents, or the output
+of a Collector's file exporter holding one run. Every change
 is B minus A. ``--fail-if-slower PCT`` makes a CI gate: exit 1 when B's median step is more
 than PCT percent slower than A's. Exit codes: 0 ok; 1 B slower than ``--fail-if-slower``
 allows; 2 usage error; 3 a run missing, unreadable, holding no spans, or (with
@@ -13,7 +14,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rlsight.cli import EXIT_INPUT, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
 from rlsight.commands._extras import missing_extra
@@ -52,34 +53,42 @@ class _InputError(Exception):
     """A run that cannot be read; the message names it and the fix."""
 
 
+def _saved_report(path: Path) -> dict[str, Any] | None:
+    """The document in ``path`` if it is one ``rlsight report --json`` output, else ``None``."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None  # JSON lines (Collector output) or not JSON at all
+    return data if isinstance(data, dict) and "schema_version" in data else None
+
+
 def _load_report(path: Path) -> RunReport:
-    """The report of ``path``: a run folder is analysed, a JSON file is read back.
+    """The report of ``path``: a saved ``--json`` report, a run folder, or Collector output.
 
     Raises:
         _InputError: nothing usable at ``path``.
     """
     from rlsight.analysis import RunReport, analyze_run
+    from rlsight.commands._source import AmbiguousRunError, annotate, open_run
     from rlsight.errors import StoreError
 
-    if path.is_dir():
-        try:
-            return analyze_run(path)
-        except StoreError as exc:
-            raise _InputError(str(exc)) from exc
-    if not path.is_file():
+    if not path.exists():
         raise _InputError(f"no run folder or report file at {path}; pass a folder a run wrote "
                           "or a file saved with `rlsight report RUN_DIR --json > FILE`")
+    saved = _saved_report(path) if path.is_file() else None
+    if saved is not None:
+        try:
+            return RunReport.from_dict(saved)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise _InputError(f"{path} is not a `rlsight report --json` document ({exc})") from exc
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _InputError(f"{path} is not a JSON report ({exc}); save one with "
-                          "`rlsight report RUN_DIR --json > FILE`") from exc
-    if not isinstance(data, dict):
-        raise _InputError(f"{path} holds JSON but not a report document")
-    try:
-        return RunReport.from_dict(data)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise _InputError(f"{path} is not a `rlsight report --json` document ({exc})") from exc
+        with open_run(path) as source:
+            return annotate(analyze_run(source.folder), source)
+    except AmbiguousRunError as exc:
+        raise _InputError(f"{exc} (to compare one run of several, save its report with "
+                          "`rlsight report PATH --run-id ID --json > FILE`)") from exc
+    except StoreError as exc:
+        raise _InputError(str(exc)) from exc
 
 
 def run(args: argparse.Namespace) -> int:

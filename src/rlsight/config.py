@@ -21,10 +21,12 @@ from typing import Any, Final, Literal, TypeAlias
 
 from rlsight.errors import ConfigError, warn_once
 
-__all__ = ["SETTINGS", "OtlpProtocol", "Setting", "TelemetryConfig"]
+__all__ = ["SETTINGS", "OtlpProtocol", "Setting", "StoreTransport", "TelemetryConfig"]
 
 OtlpProtocol: TypeAlias = Literal["http/protobuf", "grpc"]
 _PROTOCOLS: Final = ("http/protobuf", "grpc")
+StoreTransport: TypeAlias = Literal["file", "ray"]
+_TRANSPORTS: Final = ("file", "ray")
 _Scalar: TypeAlias = str | bool | int | float
 _AttrValue: TypeAlias = _Scalar | Sequence[_Scalar]
 
@@ -35,8 +37,8 @@ class Setting:
 
     name: str
     env: str
-    kind: Literal["bool", "int", "str", "optional_str", "groups", "protocol", "attributes",
-                  "optional_float"]
+    kind: Literal["bool", "int", "str", "optional_str", "groups", "protocol", "transport",
+                  "attributes", "optional_float"]
     default: str
     doc: str
     otel_env: tuple[str, ...] = ()
@@ -62,6 +64,10 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             ("OTEL_EXPORTER_OTLP_PROTOCOL",)),
     Setting("local_store", "RLSIGHT_LOCAL_STORE", "bool", "true",
             "Write OTLP/JSON lines to `<run_dir>/traces` and `<run_dir>/metrics`."),
+    Setting("store_transport", "RLSIGHT_STORE_TRANSPORT", "transport", "`file`",
+            "`file`: each process writes the store on its own node. `ray`: also ship every "
+            "batch to a sink actor on the driver's node, so one run folder holds every node's "
+            "spans (docs/running-at-scale.md)."),
     Setting("service_name", "RLSIGHT_SERVICE_NAME", "str", "`rlsight`",
             "OpenTelemetry `service.name` of every process of the run.",
             ("OTEL_SERVICE_NAME",)),
@@ -113,6 +119,7 @@ class TelemetryConfig:
     otlp_endpoint: str | None = None
     otlp_protocol: OtlpProtocol = "http/protobuf"
     local_store: bool = True
+    store_transport: StoreTransport = "file"
     service_name: str = "rlsight"
     resource_attributes: Mapping[str, _AttrValue] = field(default_factory=dict)
     engine_native_tracing: bool = False
@@ -272,6 +279,9 @@ def _check(s: Setting, value: Any) -> Any:
     elif kind == "protocol":
         if value not in _PROTOCOLS:
             raise _fail(s, value, " or ".join(repr(p) for p in _PROTOCOLS))
+    elif kind == "transport":
+        if value not in _TRANSPORTS:
+            raise _fail(s, value, " or ".join(repr(t) for t in _TRANSPORTS))
     elif kind == "groups":
         if isinstance(value, str):
             value = tuple(v.strip() for v in value.split(",") if v.strip())

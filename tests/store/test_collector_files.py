@@ -102,7 +102,8 @@ class TestSplit:
         (tmp_path / "c.json").write_text(json.dumps(broken) + "\n" + json.dumps(good) + "\n")
         split = split_collector_files(tmp_path / "c.json", tmp_path / "split")
         assert len(split.skipped) == 1 and split.duplicate_spans == 0
-        assert split.runs["alpha"].spans == sum(len(ss["spans"]) for ss in good["resourceSpans"][0]["scopeSpans"])
+        expected = sum(len(ss["spans"]) for ss in good["resourceSpans"][0]["scopeSpans"])
+        assert split.runs["alpha"].spans == expected
 
 
 class TestCommands:

@@ -14,14 +14,14 @@ shipping path, never a blocked step, and never a line of the process's own files
 
 Each batch carries the sender's name and a sequence number; the sink writes a
 (sender, kind, sequence) once, so a call that is retried does not duplicate lines. A process
-on the driver's node that writes into the driver's run folder itself ships nothing.
+that writes into the driver's run folder itself (on the driver's node, or over a shared
+filesystem: its run folder holds the driver's ``manifest.json``) ships nothing.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import os
 import socket
 import threading
 import time
@@ -77,12 +77,6 @@ class StoreSinkActor:
         self._sinks: dict[tuple[str, str], FileSink] = {}
         self._seen: dict[tuple[str, str], set[int]] = collections.defaultdict(set)
         self.lines = 0
-
-    def where(self) -> tuple[str, str]:
-        """(node id, resolved run folder): a sender compares them with its own."""
-        import ray
-
-        return ray.get_runtime_context().get_node_id(), os.path.realpath(self._run_dir)
 
     def append(self, sender: str, kind: str, seq: int, data: bytes) -> bool:
         """Write one shipped batch once; False when (sender, kind, seq) was already written."""
@@ -206,14 +200,20 @@ class StoreShipper:
 
     Args:
         run_id: The run whose sink to look up.
-        run_dir: This process's own run folder; if the sink writes to the same folder on the
-            same node, shipping would write every line twice, so nothing is shipped.
+        run_dir: This process's own run folder. If it holds the driver's ``manifest.json``
+            for this run, the process already writes the driver's folder (it is on the
+            driver's node, or the nodes share a filesystem): shipping would write every line
+            twice, so nothing is shipped.
         sender: This process's name in the sink's file names (unique per process).
     """
 
     def __init__(self, run_id: str, run_dir: Path, sender: str) -> None:
+        from rlsight.store._manifest import read_manifest
+
         self._name = sink_name(run_id)
-        self._run_dir = os.path.realpath(run_dir)
+        manifest = read_manifest(run_dir) or {}
+        #: True when this process writes the driver's run folder itself.
+        self.same_folder = manifest.get("run_id") == run_id
         self.sender = f"{sender}-{socket.gethostname()}"
         self._queue: collections.deque[tuple[str, int, bytes, int]] = collections.deque()
         self._seq = 0
@@ -223,8 +223,6 @@ class StoreShipper:
         self._sink: Any = None
         self._next_lookup = 0.0
         self._pending: list[tuple[Any, int]] = []
-        #: True once this process found it writes the sink's folder itself.
-        self.same_folder = False
         self.shipped = 0
         self.dropped: collections.Counter[str] = collections.Counter()
         self._thread = threading.Thread(target=self._run, name="rlsight-ray-ship", daemon=True)
@@ -250,15 +248,9 @@ class StoreShipper:
             return None
         self._next_lookup = now + _RESOLVE_EVERY_S
         try:
-            sink = ray.get_actor(self._name, namespace=SINK_NAMESPACE)
-            node, folder = ray.get(sink.where.remote(), timeout=SHIP_TIMEOUT_S)
-        except Exception:  # not created yet, or gone: queue, and look again later
+            return ray.get_actor(self._name, namespace=SINK_NAMESPACE)
+        except ValueError:  # not created yet, or gone: keep the queue and look again later
             return None
-        if node == ray.get_runtime_context().get_node_id() and folder == self._run_dir:
-            self.same_folder = True
-            with self._lock:
-                self._queue.clear()
-        return sink
 
     def _settle(self, ray: Any, wait_s: float) -> None:
         """Collect finished calls; after ``wait_s`` the oldest unfinished one counts as lost."""
@@ -288,7 +280,7 @@ class StoreShipper:
         while not self.same_folder:
             if self._sink is None:
                 self._sink = self._lookup(ray)
-                if self._sink is None or self.same_folder:
+                if self._sink is None:
                     return
             with self._lock:
                 if not self._queue:

@@ -120,8 +120,15 @@ class TestShipper:
         assert sink.append("w-0-1-host", "traces", 2, b'{"b":2}\n')
         sink.close()
         assert (tmp_path / "traces" / "w-0-1-host.jsonl").read_text() == '{"a":1}\n{"b":2}\n'
-        with pytest.raises(ValueError, match="unknown store kind 'logs'"):
-            sink.append("w", "logs", 3, b"{}\n")
+        with pytest.raises(ValueError, match="store kind '../x' is not a folder name"):
+            sink.append("w", "../x", 3, b"{}\n")
+
+    def test_a_sender_name_cannot_leave_the_run_folder(self, tmp_path):
+        sink = StoreSinkActor(str(tmp_path / "run"))
+        assert sink.append("../../evil", "traces", 1, b"{}\n")
+        sink.close()
+        assert [p.name for p in (tmp_path / "run" / "traces").iterdir()] == ["_.._evil.jsonl"]
+        assert not (tmp_path / "evil.jsonl").exists()
 
 
 class TestConfig:

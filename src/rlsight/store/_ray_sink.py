@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import re
 import socket
 import threading
 import time
@@ -60,6 +61,10 @@ _DRAIN_S: Final = 2.0
 _RESOLVE_EVERY_S: Final = 1.0
 
 
+_KIND: Final = re.compile(r"[a-z][a-z_]*")
+_UNSAFE: Final = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
 def sink_name(run_id: str) -> str:
     """The named actor of run ``run_id``'s sink."""
     return f"rlsight-store-sink-{run_id}"
@@ -79,15 +84,20 @@ class StoreSinkActor:
         self.lines = 0
 
     def append(self, sender: str, kind: str, seq: int, data: bytes) -> bool:
-        """Write one shipped batch once; False when (sender, kind, seq) was already written."""
-        if kind not in ("traces", "metrics"):
-            raise ValueError(f"unknown store kind {kind!r}; expected 'traces' or 'metrics'")
+        """Write one shipped batch once; False when (sender, kind, seq) was already written.
+
+        ``kind`` is the store folder (``traces``, ``metrics``, or a record kind added later);
+        ``sender`` becomes a file name, with anything but ``[A-Za-z0-9_.-]`` replaced.
+        """
+        if not _KIND.fullmatch(kind):
+            raise ValueError(f"store kind {kind!r} is not a folder name like 'traces' or 'metrics'")
         seen = self._seen[(sender, kind)]
         if seq in seen:
             return False
         sink = self._sinks.get((sender, kind))
         if sink is None:
-            sink = self._sinks[(sender, kind)] = FileSink(self._run_dir / kind / f"{sender}.jsonl")
+            name = _UNSAFE.sub("_", sender).lstrip(".") or "sender"
+            sink = self._sinks[(sender, kind)] = FileSink(self._run_dir / kind / f"{name}.jsonl")
         sink.write(data)
         seen.add(seq)
         self.lines += 1

@@ -120,7 +120,7 @@ class TestShipper:
         assert sink.append("w-0-1-host", "traces", 2, b'{"b":2}\n')
         sink.close()
         assert (tmp_path / "traces" / "w-0-1-host.jsonl").read_text() == '{"a":1}\n{"b":2}\n'
-        with pytest.raises(ValueError, match="store kind '../x' is not a folder name"):
+        with pytest.raises(ValueError, match=r"store kind '\.\./x' is not a folder name"):
             sink.append("w", "../x", 3, b"{}\n")
 
     def test_a_sender_name_cannot_leave_the_run_folder(self, tmp_path):

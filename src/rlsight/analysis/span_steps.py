@@ -38,11 +38,11 @@ def span_steps(table: SpanTable, steps: Steps) -> list[SpanStepStat]:
     keys, cell = np.unique(key, return_inverse=True)
     covered = covered_length(cell.astype(np.int64), cols.start[sel], cols.end[sel], len(keys))
     cell_name = keys // n_steps
-    # Each name's group: the first non-empty rl.span_group among its spans.
-    first_group: dict[int, str] = {}
-    for name, group in zip(cols.name[sel].tolist(), cols.group[sel].tolist(), strict=True):
-        if group and name not in first_group:
-            first_group[name] = cols.groups[group]
+    # Each name's group: the rl.span_group of its first span that carries one.
+    grouped = sel[cols.group[sel] != 0]
+    named, first = np.unique(cols.name[grouped], return_index=True)
+    first_group = {int(n): cols.groups[int(g)]
+                   for n, g in zip(named, cols.group[grouped[first]], strict=True)}
     order = np.argsort(cell_name, kind="stable")
     names, starts = np.unique(cell_name[order], return_index=True)
     out = []

@@ -12,6 +12,8 @@ import random
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rlsight import RL, TelemetryConfig, job_span, setup_span, setup_telemetry, span, startup_span, step_span
 from rlsight.cli import EXIT_INPUT, EXIT_OK, EXIT_USAGE, main
@@ -144,3 +146,47 @@ class TestCommands:
     def test_run_id_on_a_run_folder_of_another_run_exits_3(self, runs, capsys):
         assert main(["report", str(runs[0]), "--run-id", "beta"]) == EXIT_INPUT
         assert "holds run 'alpha', not 'beta'" in capsys.readouterr().err
+
+
+def _request(run_id: str, span_ids: list[int]) -> str:
+    resource = {"attributes": [{"key": "rl.run.id", "value": {"stringValue": run_id}}]}
+    spans = [{"traceId": f"{sid:032x}", "spanId": f"{sid:016x}", "name": "s", "kind": 1,
+              "startTimeUnixNano": "1", "endTimeUnixNano": "2", "attributes": []} for sid in span_ids]
+    return json.dumps({"resourceSpans": [{"resource": resource, "scopeSpans": [{"spans": spans}]}]})
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    batches=st.lists(st.tuples(st.sampled_from(["a", "b", "c"]),
+                               st.lists(st.integers(1, 60), min_size=1, max_size=6)),
+                     min_size=1, max_size=25),
+    files=st.integers(1, 4),
+    seed=st.integers(0, 1000),
+)
+def test_any_layout_of_retried_batches_splits_into_each_span_once(tmp_path_factory, batches, files, seed):
+    """However batches (retried, overlapping) are spread over files: each run gets each of its
+    span ids exactly once, and every repeat is counted."""
+    root = tmp_path_factory.mktemp("prop")
+    lines = [_request(run, ids) for run, ids in batches]
+    rng = random.Random(seed)
+    for i in range(files):
+        (root / f"otel-{i}.json").write_text("")
+    for line in lines:
+        with (root / f"otel-{rng.randrange(files)}.json").open("a") as fh:
+            fh.write(line + "\n")
+    split = split_collector_files(root, root / "split")
+    # The same span id in two runs is the same span (ids are the key): the first run keeps it.
+    owner: dict[int, str] = {}
+    total = 0
+    for path in sorted(root.glob("otel-*.json")):
+        for line in path.read_text().splitlines():
+            request = json.loads(line)
+            run = request["resourceSpans"][0]["resource"]["attributes"][0]["value"]["stringValue"]
+            for s in request["resourceSpans"][0]["scopeSpans"][0]["spans"]:
+                owner.setdefault(int(s["spanId"], 16), run)
+                total += 1
+    for run in {"a", "b", "c"}:
+        expected = {sid for sid, r in owner.items() if r == run}
+        spans = read_spans(split.runs[run].folder).spans if run in split.runs else []
+        assert sorted(int(s.span_id, 16) for s in spans) == sorted(expected)
+    assert split.duplicate_spans == total - len(owner)

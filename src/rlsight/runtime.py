@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
     from opentelemetry.trace import Tracer
 
-    from rlsight.store._ray_sink import SinkStarter, StoreShipper
+    from rlsight.store._ray_sink import ShippingSink, SinkStarter, StoreShipper
     from rlsight.store._sink import FileSink
     from rlsight.watchdog import StallHook, Watchdog
 
@@ -159,7 +159,7 @@ class Telemetry:
         self._metric_errors: list[Exception] = []
         self._sinks: list[FileSink] = []
         self._starts: BatchingSpanProcessor | None = None
-        self._starts_sink: FileSink | None = None
+        self._starts_sink: FileSink | ShippingSink | None = None
         #: The stall watchdog (driver, when ``stall_after_s``/``stall_after_steps`` is set).
         self.watchdog: Watchdog | None = None
         self._shipper: StoreShipper | None = None
@@ -377,9 +377,14 @@ class Telemetry:
         from rlsight.store._sink import FileSink
         from rlsight.store._start_writer import StartRecordProcessor, start_writer
 
-        sink = FileSink(path)
+        local = FileSink(path)
+        self._sinks.append(local)
+        sink: FileSink | ShippingSink = local
+        if self._shipper is not None:  # the Ray transport ships start records too
+            from rlsight.store._ray_sink import ShippingSink
+
+            sink = ShippingSink(local, self._shipper, "live")
         sink.write(process_line(self.resource_attributes))
-        self._sinks.append(sink)
         self._starts_sink = sink
         self._starts = BatchingSpanProcessor(
             start_writer(sink), name="live", interval_s=_STORE_INTERVAL_MS / 1000,

@@ -190,3 +190,12 @@ def test_any_layout_of_retried_batches_splits_into_each_span_once(tmp_path_facto
         spans = read_spans(split.runs[run].folder).spans if run in split.runs else []
         assert sorted(int(s.span_id, 16) for s in spans) == sorted(expected)
     assert split.duplicate_spans == total - len(owner)
+
+
+def test_watch_reads_one_run_of_collector_files(runs, otel, capsys):
+    """Collector files carry no start records: watch shows the run's finished steps."""
+    assert main(["watch", str(otel), "--run-id", "beta", "--json"]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema_version"] == 1
+    assert main(["watch", str(otel), "--once"]) == EXIT_USAGE
+    assert "--run-id" in capsys.readouterr().err

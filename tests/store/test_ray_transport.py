@@ -19,7 +19,8 @@ import pytest
 from rlsight import ConfigError, TelemetryConfig, setup_telemetry
 from rlsight.analysis import analyze_run, analyze_spans
 from rlsight.store import SpanRecord, read_spans
-from rlsight.store._ray_sink import QUEUE_BATCHES, StoreShipper, StoreSinkActor
+from rlsight.store._ray_sink import QUEUE_BATCHES, ShippingSink, StoreShipper, StoreSinkActor
+from rlsight.store._sink import FileSink
 
 _SCRIPT = Path(__file__).with_name("_two_node_run.py")
 _COMPARED = ("steps", "step_summary", "top", "fleets", "span_steps", "top_spans", "stragglers",
@@ -72,6 +73,13 @@ class TestWholeRun:
         assert direct["summary"]["spans"] == merged["summary"]["spans"]
         assert not any("duplicate" in n for n in direct["notes"])
 
+    def test_the_far_workers_start_records_reach_the_driver_folder(self, two_node):
+        root, _ = two_node
+        shipped = [p for p in (root / "whole" / "driver" / "live").glob("policy-1-*.jsonl")]
+        local = list((root / "whole" / "node2" / "live").glob("policy-1-*.jsonl"))
+        assert len(shipped) == len(local) == 1
+        assert shipped[0].read_text() == local[0].read_text()
+
     def test_a_worker_that_writes_the_driver_folder_ships_nothing(self, two_node):
         _, runs = two_node
         near = runs["whole"]["near"]
@@ -105,6 +113,15 @@ class TestShipper:
         assert shipper.dropped["queue_full"] + shipper.dropped["shutdown_timeout"] == 2 * (QUEUE_BATCHES + 3)
         shipper.offer("traces", b"{}\n", 1)
         assert shipper.dropped["after_shutdown"] == 1
+
+    def test_a_shipping_sink_writes_locally_first_then_queues_the_same_bytes(self, tmp_path):
+        shipper = StoreShipper("no-such-run", tmp_path, "w-0-1")
+        sink = ShippingSink(FileSink(tmp_path / "live" / "w.jsonl"), shipper, "live")
+        sink.write(b'{"process":1}\n')
+        sink.close()
+        assert (tmp_path / "live" / "w.jsonl").read_bytes() == b'{"process":1}\n'
+        shipper.close(0.0)
+        assert shipper.dropped == {}  # a start-record line counts no span
 
     def test_a_process_writing_the_driver_folder_ships_nothing(self, tmp_path):
         (tmp_path / "manifest.json").write_text(json.dumps({"run_id": "r1", "store_format": 1}))

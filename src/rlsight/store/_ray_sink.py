@@ -37,6 +37,7 @@ __all__ = [
     "QUEUE_BATCHES",
     "SHIP_TIMEOUT_S",
     "SINK_NAMESPACE",
+    "ShippingSink",
     "SinkStarter",
     "StoreShipper",
     "StoreSinkActor",
@@ -343,3 +344,23 @@ class StoreShipper:
             self._pending = []
         if left:
             self.dropped["shutdown_timeout"] += left
+
+
+class ShippingSink:
+    """A :class:`~rlsight.store._sink.Sink` that writes locally, then ships the same bytes.
+
+    For record kinds written straight to a sink rather than through the span writer (start
+    records, ``live/``): the local file first, whatever happens to the transport.
+    """
+
+    def __init__(self, sink: FileSink, shipper: StoreShipper, kind: str) -> None:
+        self._sink = sink
+        self._shipper = shipper
+        self._kind = kind
+
+    def write(self, data: bytes) -> None:
+        self._sink.write(data)
+        self._shipper.offer(self._kind, data, 0)
+
+    def close(self) -> None:
+        self._sink.close()

@@ -17,6 +17,7 @@ _COMMANDS: Final = {
     "report": "rlsight.commands.report",
     "watch": "rlsight.commands.watch",
     "timeline": "rlsight.commands.timeline",
+    "diff": "rlsight.commands.diff",
     "runs": "rlsight.commands.runs",
     "check": "rlsight.commands.check",
     "demo": "rlsight.commands.demo",

@@ -23,11 +23,13 @@ from typing import Any, Final, Literal, TypeAlias, cast
 
 from rlsight.errors import ConfigError, warn_once
 
-__all__ = ["SETTINGS", "OtlpProtocol", "Setting", "TelemetryConfig"]
+__all__ = ["SETTINGS", "OtlpProtocol", "Setting", "StoreTransport", "TelemetryConfig"]
 
 OtlpProtocol: TypeAlias = Literal["http/protobuf", "http/json", "grpc"]
 #: Every value OpenTelemetry's ``OTEL_EXPORTER_OTLP_PROTOCOL`` accepts.
 _PROTOCOLS: Final = ("http/protobuf", "http/json", "grpc")
+StoreTransport: TypeAlias = Literal["file", "ray"]
+_TRANSPORTS: Final = ("file", "ray")
 _Scalar: TypeAlias = str | bool | int | float
 _AttrValue: TypeAlias = _Scalar | Sequence[_Scalar]
 
@@ -40,7 +42,7 @@ class Setting:
     env: str
     kind: Literal[
         "bool", "int", "str", "optional_str", "groups", "protocol", "optional_protocol",
-        "attributes", "optional_float", "port",
+        "attributes", "optional_float", "port", "transport",
     ]
     default: str
     doc: str
@@ -87,6 +89,10 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",), generic="otlp_protocol"),
     Setting("local_store", "RLSIGHT_LOCAL_STORE", "bool", "true",
             "Write OTLP/JSON lines to `<run_dir>/traces` and `<run_dir>/metrics`."),
+    Setting("store_transport", "RLSIGHT_STORE_TRANSPORT", "transport", "`file`",
+            "`file`: each process writes the store on its own node. `ray`: also ship every "
+            "batch to a sink actor on the driver's node, so one run folder holds every node's "
+            "spans (docs/running-at-scale.md)."),
     Setting("service_name", "RLSIGHT_SERVICE_NAME", "str", "`rlsight`",
             "OpenTelemetry `service.name` of every process of the run.",
             ("OTEL_SERVICE_NAME",)),
@@ -157,6 +163,7 @@ class TelemetryConfig:
     otlp_endpoint: str | None = _UNSET
     otlp_protocol: OtlpProtocol = _UNSET
     local_store: bool = _UNSET
+    store_transport: StoreTransport = _UNSET
     service_name: str = _UNSET
     resource_attributes: Mapping[str, _AttrValue] = _UNSET
     engine_native_tracing: bool = _UNSET
@@ -308,7 +315,7 @@ _DEFAULTS: Final[dict[str, Any]] = {
     "otlp_traces_endpoint": None, "otlp_metrics_endpoint": None,
     "otlp_traces_protocol": None, "otlp_metrics_protocol": None,
     "stall_after_s": None, "stall_after_steps": None,
-    "prometheus_port": None, "prometheus_host": "127.0.0.1",
+    "prometheus_port": None, "prometheus_host": "127.0.0.1", "store_transport": "file",
 }
 
 
@@ -391,6 +398,9 @@ def _check(s: Setting, value: Any) -> Any:
     elif kind == "protocol" or kind == "optional_protocol":
         if value not in _PROTOCOLS and not (kind == "optional_protocol" and value is None):
             raise _fail(s, value, " or ".join(repr(p) for p in _PROTOCOLS))
+    elif kind == "transport":
+        if value not in _TRANSPORTS:
+            raise _fail(s, value, " or ".join(repr(t) for t in _TRANSPORTS))
     elif kind == "groups":
         if isinstance(value, str):
             value = tuple(v.strip() for v in value.split(",") if v.strip())

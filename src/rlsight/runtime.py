@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
 
     from rlsight._prometheus import PrometheusEndpoint
+    from rlsight.store._ray_sink import ShippingSink, SinkStarter, StoreShipper
     from rlsight.store._sink import FileSink
     from rlsight.watchdog import StallHook, Watchdog
 
@@ -135,9 +136,12 @@ class Telemetry:
         span_processors: Sequence[SpanProcessor] = (),
         metric_readers: Sequence[MetricReader] = (),
         driver: bool = False,
+        ship_store: bool = True,
     ) -> None:
         self.config = config
         self._driver = driver
+        # The driver writes the run folder the Ray sink appends to: it ships nothing.
+        self._ship_store = ship_store and config.store_transport == "ray"
         self._identity = identity
         self._extra_processors = tuple(span_processors)
         self._extra_readers = tuple(metric_readers)
@@ -161,10 +165,12 @@ class Telemetry:
         self._metric_errors: list[Exception] = []
         self._sinks: list[FileSink] = []
         self._starts: BatchingSpanProcessor | None = None
-        self._starts_sink: FileSink | None = None
+        self._starts_sink: FileSink | ShippingSink | None = None
         #: The stall watchdog (driver, when ``stall_after_s``/``stall_after_steps`` is set).
         self.watchdog: Watchdog | None = None
         self._prometheus: PrometheusEndpoint | None = None
+        self._shipper: StoreShipper | None = None
+        self._sink_starter: SinkStarter | None = None
         self.resource_attributes: dict[str, Any] = {}
         #: The last step's goodput (driver only); see :func:`rlsight.last_step_summary`.
         self.last_step_summary: dict[str, float] = {}
@@ -380,10 +386,17 @@ class Telemetry:
         span_sink = FileSink(run_dir / "traces" / f"{stem}.jsonl")
         metric_sink = FileSink(run_dir / "metrics" / f"{stem}.jsonl")
         self._sinks += [span_sink, metric_sink]
+        ship_spans = ship_metrics = None
+        if self._ship_store:
+            from rlsight.store._ray_sink import StoreShipper
+
+            shipper = self._shipper = StoreShipper(str(self.config.run_id), run_dir, stem)
+            ship_spans = functools.partial(shipper.offer, "traces")
+            ship_metrics = functools.partial(shipper.offer, "metrics")
         # Every 50 ms: the store promises an ended span reaches the kernel within 200 ms (a
         # SIGKILLed Ray actor runs no exit hook), and a busy machine can delay this thread.
         store = BatchingSpanProcessor(
-            span_writer(span_sink), name="store", interval_s=_STORE_INTERVAL_MS / 1000,
+            span_writer(span_sink, ship_spans), name="store", interval_s=_STORE_INTERVAL_MS / 1000,
             on_error=lambda exc: self.report_internal_error("store-write", exc),
         )
         self._processors.append(store)
@@ -395,7 +408,7 @@ class Telemetry:
         # the MeterProvider registers it, which the SDK logs as a warning. _start_metric_writer
         # drives it once the provider exists.
         reader = PeriodicExportingMetricReader(
-            LocalMetricExporter(metric_sink), export_interval_millis=math.inf
+            LocalMetricExporter(metric_sink, ship_metrics), export_interval_millis=math.inf
         )
         self._local_metric_reader = reader
         return reader
@@ -420,9 +433,14 @@ class Telemetry:
         from rlsight.store._sink import FileSink
         from rlsight.store._start_writer import StartRecordProcessor, start_writer
 
-        sink = FileSink(path)
+        local = FileSink(path)
+        self._sinks.append(local)
+        sink: FileSink | ShippingSink = local
+        if self._shipper is not None:  # the Ray transport ships start records too
+            from rlsight.store._ray_sink import ShippingSink
+
+            sink = ShippingSink(local, self._shipper, "live")
         sink.write(process_line(self.resource_attributes))
-        self._sinks.append(sink)
         self._starts_sink = sink
         self._starts = BatchingSpanProcessor(
             start_writer(sink), name="live", interval_s=_STORE_INTERVAL_MS / 1000,
@@ -614,6 +632,7 @@ class Telemetry:
             dropped = {
                 f"{p.name}/{reason}": n for p in self._processors for reason, n in p.dropped.items() if n
             }
+            ok = self._stop_ray_transport(left_ms() / 1000, exported, dropped) and ok
             undelivered = any(key.endswith(_UNDELIVERED) for key in dropped)
             report = ShutdownReport((time.monotonic() - t0) * 1000, not ok or undelivered,
                                     exported, dropped)
@@ -641,6 +660,19 @@ class Telemetry:
             self.report_internal_error("store-live", exc)
             return False
         return done
+
+    def _stop_ray_transport(self, budget_s: float, exported: dict[str, int],
+                            dropped: dict[str, int]) -> bool:
+        """Ship what is left to the Ray sink (a worker) or stop the sink (the driver)."""
+        shipper, starter = self._shipper, self._sink_starter
+        if shipper is not None:
+            shipper.close(budget_s)
+            exported["ray"] = shipper.shipped
+            dropped.update({f"ray/{reason}": n for reason, n in shipper.dropped.items() if n})
+            return not shipper.dropped.get("shutdown_timeout")
+        if starter is not None:
+            starter.stop(budget_s)
+        return True
 
     def __enter__(self) -> Telemetry:
         return self
@@ -822,7 +854,7 @@ def setup_telemetry(
         _env_devices(),
         dict(resource_attributes or {}),
     )
-    telemetry = Telemetry(config, identity, deferred=True, driver=True)
+    telemetry = Telemetry(config, identity, deferred=True, driver=True, ship_store=False)
     if not config.enabled:
         return telemetry
     if not config.span_groups:
@@ -835,6 +867,11 @@ def setup_telemetry(
         )
     if _ACTIVE is not None:
         _install(telemetry)  # raises the clear error
+    if config.store_transport == "ray" and not config.local_store:
+        raise ConfigError(
+            "TelemetryConfig.store_transport='ray' ships what each process's local store "
+            "writes; set local_store=True, or store_transport='file'"
+        )
     if config.local_store:
         from rlsight.store._manifest import write_manifest
 
@@ -863,6 +900,13 @@ def setup_telemetry(
                   "rlsight: setup_telemetry(on_stall=...) has no effect: set "
                   "TelemetryConfig.stall_after_s or stall_after_steps to turn the watchdog on",
                   stacklevel=2)
+    if config.store_transport == "ray":
+        from rlsight.store._ray_sink import SinkStarter
+
+        telemetry._sink_starter = SinkStarter(
+            str(config.run_id), config.run_path,
+            on_error=lambda exc: telemetry.report_internal_error("ray-sink-start", exc),
+        )
     return _install(telemetry)
 
 

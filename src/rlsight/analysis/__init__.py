@@ -8,18 +8,22 @@ Import this package explicitly (it needs numpy, from the ``analysis`` extra)::
 
 The result is a plain :class:`~rlsight.analysis.model.RunReport`; ``report.to_dict()`` is the
 ``rlsight report --json`` document. ``docs/goodput.md`` defines every number.
+:func:`diff_reports` compares two reports (``rlsight diff``, ``docs/diff.md``).
 """
 
 from __future__ import annotations
 
 from rlsight.analysis._run import analyze_columns, analyze_run, analyze_spans
+from rlsight.analysis.diff import RunDiff, diff_reports
 from rlsight.analysis.model import SCHEMA_VERSION, Buckets, RunReport
 
 __all__ = [
     "SCHEMA_VERSION",
     "Buckets",
+    "RunDiff",
     "RunReport",
     "analyze_columns",
     "analyze_run",
     "analyze_spans",
+    "diff_reports",
 ]

@@ -25,6 +25,7 @@ from rlsight.analysis.goodput import (
 from rlsight.analysis.hotspots import top_spans
 from rlsight.analysis.live import post_mortem
 from rlsight.analysis.model import RunReport, RunSummary, StepRollup
+from rlsight.analysis.span_steps import span_steps
 from rlsight.analysis.startup import startup
 from rlsight.analysis.stragglers import DEFAULT_K, stragglers
 from rlsight.analysis.volume import volume
@@ -54,6 +55,12 @@ def per_step_catalog() -> dict[str, bool]:
 def _most_common(values: Iterable[object]) -> str | None:
     counts = Counter(str(v) for v in values if v is not None)
     return min(counts, key=lambda v: (-counts[v], v)) if counts else None
+
+
+def _configured_groups(manifest: Mapping[str, Any]) -> list[str] | None:
+    config = manifest.get("config")
+    groups = config.get("span_groups") if isinstance(config, Mapping) else None
+    return [str(g) for g in groups] if isinstance(groups, (list, tuple)) else None
 
 
 def _notes(table: SpanTable, controllers: Sequence[int], missing_numbers: int) -> list[str]:
@@ -151,6 +158,7 @@ def analyze_columns(
         files=files,
         skipped=len(skipped),
         skipped_examples=[str(s) for s in skipped[:_SKIPPED_EXAMPLES]],
+        span_groups=_configured_groups(manifest),
     )
     return RunReport(
         summary=summary,
@@ -165,6 +173,7 @@ def analyze_columns(
         top_spans=top_spans(table),
         engine=engine_throughput(metrics, steps),
         notes=_notes(table, [int(c) for c in controllers], steps.missing_numbers),
+        span_steps=span_steps(table, steps),
     )
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "RunSummary",
     "SetupPhase",
     "SpanStat",
+    "SpanStepStat",
     "Startup",
     "Stat",
     "StepRollup",
@@ -410,6 +411,21 @@ class SpanStat:
 
 
 @dataclass(frozen=True, slots=True)
+class SpanStepStat:
+    """Seconds per step of one span name: the union of its spans in each step, all timelines."""
+
+    name: str
+    group: str | None
+    """The name's ``rl.span_group`` (``None`` if its spans carry none)."""
+    steps_present: int
+    """Steps with at least one span of this name; the stats are over these steps."""
+    median_ns: float
+    p90_ns: float
+    total_ns: int
+    """Sum over the steps (ranks running in parallel count once)."""
+
+
+@dataclass(frozen=True, slots=True)
 class EngineStep:
     """Generation tokens the engines reported for one step, and the rate over its wall."""
 
@@ -523,6 +539,8 @@ class RunSummary:
     files: int
     skipped: int
     skipped_examples: list[str]
+    span_groups: list[str] | None = None
+    """The span-group spec the run was configured with (its manifest); ``None`` if unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -543,6 +561,8 @@ class RunReport:
     notes: list[str] = field(default_factory=list)
     postmortem: PostMortem | None = None
     """``None`` for a run written before start records existed (no ``live/`` folder)."""
+    span_steps: list[SpanStepStat] = field(default_factory=list)
+    """Seconds per step of each span name (what ``rlsight diff`` compares)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` document: this report as plain dicts, with ``schema_version``."""

@@ -1,9 +1,11 @@
 """Where did the time go: goodput per step and run, startup, fleets, stragglers, volume.
 
-Reads RUN_DIR (a run's store: traces/*.jsonl, metrics/*.jsonl, manifest.json) and prints the
-report; ``--json`` prints one document (schema in docs/cli.md), ``--html FILE`` writes a
-self-contained page. Exit codes: 0 ok; 1 goodput below ``--fail-under``; 2 usage error;
-3 RUN_DIR missing or holding no spans.
+Reads RUN_DIR (a run's store: traces/*.jsonl, metrics/*.jsonl, manifest.json, or the file or
+folder an OpenTelemetry Collector's file exporter wrote, one run picked with ``--run-id``) and
+prints the report; ``--json`` prints one document (schema in docs/cli.md), ``--html FILE`` writes a
+self-contained page. Exit codes: 0 ok; 1 goodput below ``--fail-under``; 2 usage error
+(also Collector files holding several runs and no ``--run-id``); 3 RUN_DIR missing or holding
+no spans.
 """
 
 from __future__ import annotations
@@ -43,7 +45,10 @@ def _positive(text: str) -> float:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``rlsight report``'s flags."""
-    parser.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="the run folder to read")
+    parser.add_argument("run_dir", metavar="RUN_DIR", type=Path,
+                        help="the run folder to read, or a Collector file exporter's file or folder")
+    parser.add_argument("--run-id", metavar="ID",
+                        help="the run to read from Collector files that hold several runs")
     parser.add_argument("--json", action="store_true",
                         help="print the report as one JSON document (schema in docs/cli.md)")
     parser.add_argument("--html", metavar="FILE", type=Path,
@@ -79,10 +84,11 @@ def run(args: argparse.Namespace) -> int:
     if missing_extra("report", "numpy", "orjson", "rich"):
         return EXIT_USAGE
     from rlsight.analysis import analyze_run
+    from rlsight.commands._source import AmbiguousRunError, annotate, open_run
     from rlsight.errors import StoreError
 
     run_dir: Path = args.run_dir
-    if not run_dir.is_dir():
+    if not run_dir.exists():
         print(f"rlsight report: no run folder at {run_dir}; pass a folder a run wrote "
               "(`rlsight runs` lists ./rlsight-runs)", file=sys.stderr)
         return EXIT_INPUT
@@ -91,8 +97,13 @@ def run(args: argparse.Namespace) -> int:
               f"{args.html / 'report.html'}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        with _progress(sys.stderr.isatty() and not args.quiet) as progress:
-            report = analyze_run(run_dir, k=args.straggler_mads, progress=progress)
+        with open_run(run_dir, args.run_id) as source, \
+                _progress(sys.stderr.isatty() and not args.quiet) as progress:
+            report = annotate(analyze_run(source.folder, k=args.straggler_mads, progress=progress),
+                              source)
+    except AmbiguousRunError as exc:
+        print(f"rlsight report: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except StoreError as exc:
         print(f"rlsight report: {exc}", file=sys.stderr)
         return EXIT_INPUT

@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -60,7 +61,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``rlsight watch``'s flags."""
     from rlsight.watchdog import DEFAULT_MIN_AGE_S, DEFAULT_STALL_K
 
-    parser.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="the run folder to watch")
+    parser.add_argument("run_dir", metavar="RUN_DIR", type=Path,
+                        help="the run folder to watch, or a Collector file exporter's file or folder")
+    parser.add_argument("--run-id", metavar="ID",
+                        help="the run to watch in Collector files that hold several runs")
     parser.add_argument("--once", action="store_true", help="print one screen and exit")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON document and exit (schema in docs/live.md)")
@@ -160,19 +164,32 @@ def run(args: argparse.Namespace) -> int:
     """Watch the run; return 3 when the last look found a stalled rank."""
     if missing_extra("watch", "numpy", "orjson", "rich"):
         return EXIT_USAGE
-    from rich.console import Console
-
     from rlsight.analysis.live import watch_snapshot
+    from rlsight.commands._source import open_run
+    from rlsight.errors import StoreError
 
     run_dir: Path = args.run_dir
-    if not run_dir.is_dir():
+    if not run_dir.exists():
         print(f"rlsight watch: no run folder at {run_dir}; pass the folder a run writes "
               "(default ./rlsight-runs/<run_id>)", file=sys.stderr)
         return EXIT_USAGE
 
     def look() -> WatchSnapshot:
-        snapshot = watch_snapshot(run_dir, k=args.k, min_age_s=args.min_age)
+        # Collector files are split again on every look: they grow while the run goes on.
+        with open_run(run_dir, args.run_id) as source:
+            snapshot = watch_snapshot(source.folder, k=args.k, min_age_s=args.min_age)
         return _with_stacks(snapshot) if args.stacks else snapshot
+
+    try:
+        return _show(args, look)
+    except StoreError as exc:
+        print(f"rlsight watch: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _show(args: argparse.Namespace, look: Callable[[], WatchSnapshot]) -> int:
+    """Print one look (``--once``, ``--json``, a pipe) or refresh until interrupted."""
+    from rich.console import Console
 
     if args.json:
         snapshot = look()

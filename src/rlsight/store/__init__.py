@@ -8,11 +8,13 @@ Layout (format version :data:`STORE_FORMAT`)::
 
 One file per process and kind, so processes never share a file and a new record kind gets a
 folder of its own without changing the existing ones. The files are valid input for an
-OpenTelemetry Collector's OTLP JSON file receiver.
+OpenTelemetry Collector's OTLP JSON file receiver; what a Collector's file exporter writes
+is read back as runs with :func:`split_collector_files`.
 """
 
 from __future__ import annotations
 
+from rlsight.store._collector import CollectorRun, CollectorSplit, split_collector_files
 from rlsight.store._manifest import STORE_FORMAT, SUPPORTED_STORE_FORMATS, read_manifest
 from rlsight.store._reader import (
     MetricPoint,
@@ -26,6 +28,8 @@ from rlsight.store._schema import SkippedRecord, SpanRecord
 __all__ = [
     "STORE_FORMAT",
     "SUPPORTED_STORE_FORMATS",
+    "CollectorRun",
+    "CollectorSplit",
     "MetricPoint",
     "MetricReadResult",
     "SkippedRecord",
@@ -34,4 +38,5 @@ __all__ = [
     "read_manifest",
     "read_metrics",
     "read_spans",
+    "split_collector_files",
 ]

@@ -48,12 +48,23 @@ def delta_temporality() -> dict[type, AggregationTemporality]:
     return dict.fromkeys(kinds, delta)
 
 
-def span_writer(sink: Sink) -> Callable[[Sequence[ReadableSpan]], bool]:
-    """An export function for :class:`~rlsight._batching.BatchingSpanProcessor`."""
+#: Takes a written store line and its span count onward (the Ray transport's shipper).
+Ship = Callable[[bytes, int], None]
+
+
+def span_writer(sink: Sink, ship: Ship | None = None) -> Callable[[Sequence[ReadableSpan]], bool]:
+    """An export function for :class:`~rlsight._batching.BatchingSpanProcessor`.
+
+    ``ship``, when given, gets each line after the sink wrote it, so the local file is
+    written first whatever happens to the transport.
+    """
 
     def export(batch: Sequence[ReadableSpan]) -> bool:
         if batch:
-            sink.write(encode_spans(batch))
+            line = encode_spans(batch)
+            sink.write(line)
+            if ship is not None:
+                ship(line, len(batch))
         return True
 
     return export
@@ -62,9 +73,10 @@ def span_writer(sink: Sink) -> Callable[[Sequence[ReadableSpan]], bool]:
 class LocalMetricExporter(MetricExporter):
     """Writes each collection as one ``ExportMetricsServiceRequest`` line (skips empty ones)."""
 
-    def __init__(self, sink: Sink) -> None:
+    def __init__(self, sink: Sink, ship: Ship | None = None) -> None:
         super().__init__(preferred_temporality=delta_temporality())
         self._sink = sink
+        self._ship = ship
 
     def export(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
@@ -75,6 +87,8 @@ class LocalMetricExporter(MetricExporter):
                 self._sink.write(line)
             except OSError:
                 return MetricExportResult.FAILURE
+            if self._ship is not None:
+                self._ship(line, 0)
         return MetricExportResult.SUCCESS
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:

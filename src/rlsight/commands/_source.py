@@ -1,0 +1,102 @@
+"""Which run a command reads: a run folder, or one run out of a Collector's file output.
+
+``rlsight report|timeline|diff`` take either a run folder (``traces/``, ``manifest.json``) or
+what an OpenTelemetry Collector's file exporter wrote (a file, or a folder of ``*.json`` /
+``*.jsonl`` files). The latter is split once into a temporary run folder per run
+(:func:`rlsight.store.split_collector_files`), and ``--run-id`` picks one; a single run needs
+no flag. What the split skipped or dropped as repeated travels with the result, so the command
+reports it like the store reader's own skipped records.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rlsight.errors import StoreError
+from rlsight.store import SkippedRecord, read_manifest
+
+if TYPE_CHECKING:
+    from rlsight.analysis import RunReport
+
+__all__ = ["AmbiguousRunError", "RunSource", "annotate", "is_run_folder", "open_run"]
+
+
+class AmbiguousRunError(StoreError):
+    """Collector files hold several runs and no ``--run-id`` picked one (a usage error)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunSource:
+    """A run folder to read, and what reading the Collector files already found."""
+
+    folder: Path
+    skipped: list[SkippedRecord] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def is_run_folder(path: Path) -> bool:
+    """Whether ``path`` is a run folder the store wrote (or one laid out like it)."""
+    return path.is_dir() and ((path / "traces").is_dir() or (path / "manifest.json").is_file())
+
+
+def _label(run_id: str) -> str:
+    return run_id or "(no rl.run.id)"
+
+
+@contextmanager
+def open_run(path: Path, run_id: str | None = None) -> Iterator[RunSource]:
+    """The run at ``path`` (a run folder or Collector output), selected by ``run_id``.
+
+    Raises:
+        StoreError: nothing readable at ``path``, or no run ``run_id`` in it.
+        AmbiguousRunError: Collector output with several runs and no ``run_id``.
+    """
+    if is_run_folder(path):
+        manifest = read_manifest(path) or {}
+        if run_id is not None and manifest.get("run_id") not in (None, run_id):
+            raise StoreError(f"{path} holds run {manifest['run_id']!r}, not {run_id!r}; drop "
+                             "--run-id or pass that run's folder")
+        yield RunSource(path)
+        return
+    from rlsight.store import split_collector_files
+
+    with tempfile.TemporaryDirectory(prefix="rlsight-collector-") as tmp:
+        split = split_collector_files(path, tmp)
+        runs = {r: v for r, v in split.runs.items() if v.spans}
+        if run_id is not None:
+            if run_id not in runs:
+                found = ", ".join(map(_label, sorted(runs))) or "none"
+                raise StoreError(f"no spans of run {run_id!r} in the Collector files at {path} "
+                                 f"(runs found: {found})")
+            chosen = runs[run_id]
+        elif len(runs) == 1:
+            (chosen,) = runs.values()
+        elif not runs:
+            raise StoreError(f"no spans in the Collector files at {path} ({split.files} file(s), "
+                             f"{len(split.skipped)} skipped record(s))")
+        else:
+            listed = ", ".join(f"{_label(r)} ({runs[r].spans} spans)" for r in sorted(runs))
+            raise AmbiguousRunError(f"the Collector files at {path} hold {len(runs)} runs: "
+                                    f"{listed}; pick one with --run-id")
+        notes = []
+        if split.duplicate_spans or split.duplicate_points:
+            notes.append(f"{split.duplicate_spans} repeated span(s) and {split.duplicate_points} "
+                         "repeated metric point(s) in the Collector files ignored (a retried export)")
+        yield RunSource(chosen.folder, split.skipped, notes)
+
+
+def annotate(report: RunReport, source: RunSource) -> RunReport:
+    """``report`` with what the Collector split skipped and ignored added to its summary and notes."""
+    if not source.skipped and not source.notes:
+        return report
+    from dataclasses import replace
+
+    s = report.summary
+    examples = [*s.skipped_examples, *(str(x) for x in source.skipped)][:max(5, len(s.skipped_examples))]
+    summary = replace(s, skipped=s.skipped + len(source.skipped), skipped_examples=examples)
+    return replace(report, summary=summary, notes=[*report.notes, *source.notes])

@@ -1,0 +1,366 @@
+"""The Ray store transport: every process's store lines also reach the driver's run folder.
+
+With ``store_transport="ray"`` each process keeps writing its own files (the local store is
+the copy nothing can take away) and also *ships* every line it writes to one sink actor, a
+detached, named Ray actor pinned to the driver's node, which appends the lines to the
+driver's run folder. A multi-node run without a shared filesystem then has every span in
+one folder, and ``rlsight report`` on the driver's node sees the whole run.
+
+Shipping is never on a training step's path. :meth:`StoreShipper.offer` appends to a bounded
+queue and returns; a daemon thread sends the batches as actor calls and waits for them
+with a timeout. A full queue, a full sink inbox (``max_pending_calls``), a sink that does not
+answer within :data:`SHIP_TIMEOUT_S`, or a dead sink each cost a counted drop from the
+shipping path, never a blocked step, and never a line of the process's own files.
+
+Each batch carries the sender's name and a sequence number; the sink writes a
+(sender, kind, sequence) once, so a call that is retried does not duplicate lines. A process
+that writes into the driver's run folder itself (on the driver's node, or over a shared
+filesystem: its run folder holds the driver's ``manifest.json``) ships nothing.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from rlsight.store._sink import FileSink
+
+__all__ = [
+    "INBOX_CALLS",
+    "QUEUE_BATCHES",
+    "SHIP_TIMEOUT_S",
+    "SINK_NAMESPACE",
+    "ShippingSink",
+    "SinkStarter",
+    "StoreShipper",
+    "StoreSinkActor",
+    "sink_name",
+]
+
+#: Ray namespace and name of a run's sink actor (one per run id).
+SINK_NAMESPACE: Final = "rlsight"
+#: Calls the sink may have queued before a sender's call is refused (its bounded inbox).
+INBOX_CALLS: Final = 256
+#: Batches a process buffers while its calls are in flight; beyond, the oldest is dropped.
+QUEUE_BATCHES: Final = 1024
+#: Calls one process keeps in flight before it waits for the oldest.
+_IN_FLIGHT: Final = 8
+#: Longest a shipping thread waits for the sink to take one batch before counting it lost.
+SHIP_TIMEOUT_S: Final = 2.0
+#: The driver's sink stops once no line arrived for this long (a worker ships within ~0.1 s)...
+_QUIET_S: Final = 0.3
+#: ... or after this long, whichever comes first.
+_DRAIN_S: Final = 2.0
+#: How often a process without a sink (not created yet, or dead) looks it up again.
+_RESOLVE_EVERY_S: Final = 1.0
+
+
+_KIND: Final = re.compile(r"[a-z][a-z_]*")
+_UNSAFE: Final = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def sink_name(run_id: str) -> str:
+    """The named actor of run ``run_id``'s sink."""
+    return f"rlsight-store-sink-{run_id}"
+
+
+class StoreSinkActor:
+    """The sink: appends shipped lines to ``<run_dir>/<kind>/<sender>.jsonl`` on its node.
+
+    Run as a Ray actor (``num_cpus=0``, so it never takes a slot the run needs). Calls are
+    processed one at a time in arrival order, so each sender's file keeps its batch order.
+    """
+
+    def __init__(self, run_dir: str) -> None:
+        self._run_dir = Path(run_dir)
+        self._sinks: dict[tuple[str, str], FileSink] = {}
+        self._seen: dict[tuple[str, str], set[int]] = collections.defaultdict(set)
+        self.lines = 0
+
+    def append(self, sender: str, kind: str, seq: int, data: bytes) -> bool:
+        """Write one shipped batch once; False when (sender, kind, seq) was already written.
+
+        ``kind`` is the store folder (``traces``, ``metrics``, or a record kind added later);
+        ``sender`` becomes a file name, with anything but ``[A-Za-z0-9_.-]`` replaced.
+        """
+        if not _KIND.fullmatch(kind):
+            raise ValueError(f"store kind {kind!r} is not a folder name like 'traces' or 'metrics'")
+        seen = self._seen[(sender, kind)]
+        if seq in seen:
+            return False
+        sink = self._sinks.get((sender, kind))
+        if sink is None:
+            name = _UNSAFE.sub("_", sender).lstrip(".") or "sender"
+            sink = self._sinks[(sender, kind)] = FileSink(self._run_dir / kind / f"{name}.jsonl")
+        sink.write(data)
+        seen.add(seq)
+        self.lines += 1
+        return True
+
+    def written(self) -> int:
+        """Lines written so far (a barrier: it answers after every earlier call)."""
+        return self.lines
+
+    def close(self) -> None:
+        """Close every file (the driver calls it before it kills the sink)."""
+        for sink in self._sinks.values():
+            sink.close()
+        self._sinks.clear()
+
+
+def _start_sink(run_id: str, run_dir: str) -> Any:
+    """Create (or find) the run's sink on this process's node; Ray must be initialised."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    node = ray.get_runtime_context().get_node_id()
+    actor = ray.remote(StoreSinkActor).options(
+        name=sink_name(run_id), namespace=SINK_NAMESPACE, lifetime="detached",
+        get_if_exists=True, num_cpus=0, max_pending_calls=INBOX_CALLS,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
+    )
+    return actor.remote(run_dir)
+
+
+class SinkStarter:
+    """In the driver: start the sink as soon as Ray is initialised, stop it at shutdown.
+
+    ``setup_telemetry`` usually runs before ``ray.init`` (its config feeds
+    ``ray_runtime_env``), so the sink cannot always be created during setup. A daemon thread
+    looks for an initialised Ray every 50 ms and creates the sink then; workers that ship
+    before it exists keep their batches queued and look it up again.
+    """
+
+    def __init__(self, run_id: str, run_dir: Path, on_error: Callable[[BaseException], None]) -> None:
+        self._run_id = run_id
+        self._run_dir = str(run_dir)
+        self._on_error = on_error
+        self._stop = threading.Event()
+        self.actor: Any = None
+        self._thread = threading.Thread(target=self._run, name="rlsight-ray-sink-start", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            ray = _ray_if_initialised()
+            if ray is not None:
+                try:
+                    self.actor = _start_sink(self._run_id, self._run_dir)
+                except Exception as exc:  # Ray refused: the run goes on with node-local stores
+                    self._on_error(exc)
+                return
+            self._stop.wait(0.05)
+
+    def stop(self, timeout_s: float) -> None:
+        """Let the sink take what workers are still shipping, within ``timeout_s``, then end it.
+
+        Workers ship within about 0.1 s of a span's end, so the sink waits until no line
+        arrived for :data:`_QUIET_S` (at most :data:`_DRAIN_S`): spans that ended just before
+        the driver's shutdown still reach its folder. Later ones stay in the workers' files.
+        """
+        deadline = time.monotonic() + timeout_s
+        self._stop.set()
+        self._thread.join(timeout_s)
+        actor = self.actor
+        ray = _ray_if_initialised()
+        if actor is None or ray is None:
+            return
+        drain_until = min(deadline, time.monotonic() + _DRAIN_S)
+        last = -1
+        with contextlib.suppress(Exception):
+            while time.monotonic() < drain_until:
+                lines = ray.get(actor.written.remote(), timeout=max(0.1, drain_until - time.monotonic()))
+                if lines == last:
+                    break
+                last = lines
+                time.sleep(_QUIET_S)
+        timeout_s = max(0.1, deadline - time.monotonic())
+        # A sink that is already gone has nothing to close; a Ray that is shutting down
+        # takes the actor with it.
+        with contextlib.suppress(Exception):
+            ray.get(actor.close.remote(), timeout=max(0.1, timeout_s))
+        with contextlib.suppress(Exception):
+            ray.kill(actor)
+
+
+def _ray_if_initialised() -> Any:
+    """The ``ray`` module if this process imported it and is connected, else ``None``.
+
+    Never imports Ray: a process that has not imported it cannot have initialised it.
+    """
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is None:
+        return None
+    try:
+        return ray if ray.is_initialized() else None
+    except AttributeError:  # a partially imported ray
+        return None
+
+
+class StoreShipper:
+    """In a process: ship each store line to the run's sink, off the step's path.
+
+    Args:
+        run_id: The run whose sink to look up.
+        run_dir: This process's own run folder. If it holds the driver's ``manifest.json``
+            for this run, the process already writes the driver's folder (it is on the
+            driver's node, or the nodes share a filesystem): shipping would write every line
+            twice, so nothing is shipped.
+        sender: This process's name in the sink's file names (unique per process).
+    """
+
+    def __init__(self, run_id: str, run_dir: Path, sender: str) -> None:
+        from rlsight.store._manifest import read_manifest
+
+        self._name = sink_name(run_id)
+        manifest = read_manifest(run_dir) or {}
+        #: True when this process writes the driver's run folder itself.
+        self.same_folder = manifest.get("run_id") == run_id
+        self.sender = f"{sender}-{socket.gethostname()}"
+        self._queue: collections.deque[tuple[str, int, bytes, int]] = collections.deque()
+        self._seq = 0
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._sink: Any = None
+        self._next_lookup = 0.0
+        self._pending: list[tuple[Any, int]] = []
+        self.shipped = 0
+        self.dropped: collections.Counter[str] = collections.Counter()
+        self._thread = threading.Thread(target=self._run, name="rlsight-ray-ship", daemon=True)
+        self._thread.start()
+
+    def offer(self, kind: str, data: bytes, spans: int) -> None:
+        """Queue one store line for the sink; never blocks (a full queue drops the oldest)."""
+        if self.same_folder:
+            return
+        with self._lock:
+            if self._stop.is_set():
+                self.dropped["after_shutdown"] += spans
+                return
+            if len(self._queue) >= QUEUE_BATCHES:
+                self.dropped["queue_full"] += self._queue.popleft()[3]
+            self._seq += 1
+            self._queue.append((kind, self._seq, data, spans))
+        self._wake.set()
+
+    def _lookup(self, ray: Any) -> Any:
+        now = time.monotonic()
+        if now < self._next_lookup:
+            return None
+        self._next_lookup = now + _RESOLVE_EVERY_S
+        try:
+            return ray.get_actor(self._name, namespace=SINK_NAMESPACE)
+        except ValueError:  # not created yet, or gone: keep the queue and look again later
+            return None
+
+    def _settle(self, ray: Any, wait_s: float) -> None:
+        """Collect finished calls; after ``wait_s`` the oldest unfinished one counts as lost."""
+        if not self._pending:
+            return
+        refs = [ref for ref, _ in self._pending]
+        ready, _ = ray.wait(refs, num_returns=len(refs) if wait_s == 0 else 1, timeout=wait_s)
+        done = set(ready)
+        if not done and wait_s > 0:
+            _, spans = self._pending.pop(0)
+            self.dropped["timeout"] += spans  # the sink is slow: never wait longer for it
+            return
+        kept = []
+        for ref, spans in self._pending:
+            if ref not in done:
+                kept.append((ref, spans))
+                continue
+            try:
+                ray.get(ref, timeout=0)
+                self.shipped += spans
+            except Exception:  # the sink died with this call: look it up again later
+                self.dropped["sink_dead"] += spans
+                self._sink = None
+        self._pending = kept
+
+    def _send(self, ray: Any) -> None:
+        while not self.same_folder:
+            if self._sink is None:
+                self._sink = self._lookup(ray)
+                if self._sink is None:
+                    return
+            with self._lock:
+                if not self._queue:
+                    return
+                kind, seq, data, spans = self._queue.popleft()
+            try:
+                ref = self._sink.append.remote(self.sender, kind, seq, data)
+            except Exception as exc:  # a full inbox refuses the call at once
+                reason = "inbox_full" if type(exc).__name__ == "PendingCallsLimitExceeded" else "sink_dead"
+                self.dropped[reason] += spans
+                if reason == "sink_dead":
+                    self._sink = None
+                continue
+            self._pending.append((ref, spans))
+            self._settle(ray, 0)
+            if len(self._pending) >= _IN_FLIGHT:
+                self._settle(ray, SHIP_TIMEOUT_S)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(0.2)
+            self._wake.clear()
+            ray = _ray_if_initialised()
+            if ray is None:
+                continue
+            try:
+                self._send(ray)
+                self._settle(ray, 0)
+            except Exception:  # the shipping thread must outlive a Ray hiccup
+                self._sink = None
+                continue
+
+    def close(self, timeout_s: float) -> None:
+        """Ship what is queued within ``timeout_s``; count what is left as dropped."""
+        deadline = time.monotonic() + timeout_s
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        ray = _ray_if_initialised()
+        if ray is not None and not self._thread.is_alive():
+            try:
+                self._send(ray)
+                while self._pending and time.monotonic() < deadline:
+                    self._settle(ray, min(SHIP_TIMEOUT_S, max(0.0, deadline - time.monotonic())))
+            except Exception:  # what did not reach the sink is counted below
+                pass
+        with self._lock:
+            left = sum(item[3] for item in self._queue) + sum(spans for _, spans in self._pending)
+            self._queue.clear()
+            self._pending = []
+        if left:
+            self.dropped["shutdown_timeout"] += left
+
+
+class ShippingSink:
+    """A :class:`~rlsight.store._sink.Sink` that writes locally, then ships the same bytes.
+
+    For record kinds written straight to a sink rather than through the span writer (start
+    records, ``live/``): the local file first, whatever happens to the transport.
+    """
+
+    def __init__(self, sink: FileSink, shipper: StoreShipper, kind: str) -> None:
+        self._sink = sink
+        self._shipper = shipper
+        self._kind = kind
+
+    def write(self, data: bytes) -> None:
+        self._sink.write(data)
+        self._shipper.offer(self._kind, data, 0)
+
+    def close(self) -> None:
+        self._sink.close()

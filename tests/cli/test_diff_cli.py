@@ -1,0 +1,113 @@
+"""`rlsight diff` end to end on two real runs written by the store: a known delay is found."""
+
+from __future__ import annotations
+
+import json
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from rlsight import RL, TelemetryConfig, job_span, setup_telemetry, span, step_span
+from rlsight.cli import EXIT_INPUT, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, main
+
+DELAY_S = 0.3
+STEPS = 5
+
+
+def _real_run(run_dir: Path, run_id: str, *, refit_delay: float, groups: tuple[str, ...]) -> Path:
+    """A driver loop through the real SDK and local store; the refit phase sleeps ``refit_delay`` more."""
+    config = TelemetryConfig(run_id=run_id, run_dir=str(run_dir), span_groups=groups, strict=True,
+                             algorithm="grpo")
+    with setup_telemetry(config) as telemetry, job_span():
+        for step in range(1, STEPS + 1):
+            with step_span(step):
+                with span(RL.GENERATION, "rl.rollout.generate"):
+                    time.sleep(0.05)
+                with span(RL.TRAINING, "rl.train.policy"):
+                    time.sleep(0.05)
+                with span(RL.REFIT, "rl.refit.push_weights"):
+                    time.sleep(0.02 + refit_delay)
+    return telemetry.config.run_path
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("diff")
+    a = _real_run(root / "a", "base", refit_delay=0.0, groups=("per_step",))
+    b = _real_run(root / "b", "slow", refit_delay=DELAY_S, groups=("per_step",))
+    return a, b
+
+
+def _diff_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
+    assert main(["diff", *argv, "--json"]) == EXIT_OK
+    return json.loads(capsys.readouterr().out)
+
+
+class TestKnownDelay:
+    def test_the_delayed_phase_is_the_change_with_its_sign_and_size(self, runs, capsys):
+        doc = _diff_json(capsys, str(runs[0]), str(runs[1]))
+        top = doc["spans"][0]
+        assert top["name"] == "rl.refit.push_weights"
+        assert top["change_ns"] > 0
+        assert top["change_ns"] == pytest.approx(DELAY_S * 1e9, rel=0.15)
+        assert doc["step_change_pct"] > 0
+
+    def test_swapping_the_runs_flips_the_sign(self, runs, capsys):
+        doc = _diff_json(capsys, str(runs[1]), str(runs[0]))
+        assert doc["spans"][0]["name"] == "rl.refit.push_weights"
+        assert doc["spans"][0]["change_ns"] == pytest.approx(-DELAY_S * 1e9, rel=0.15)
+
+    def test_a_saved_report_json_is_a_valid_side(self, runs, capsys, tmp_path):
+        assert main(["report", str(runs[0]), "--json"]) == EXIT_OK
+        saved = tmp_path / "base.json"
+        saved.write_text(capsys.readouterr().out)
+        doc = _diff_json(capsys, str(saved), str(runs[1]))
+        assert doc["a"]["run_id"] == "base" and doc["spans"][0]["name"] == "rl.refit.push_weights"
+
+
+class TestGate:
+    def test_fail_if_slower_exits_1_when_b_is_slower_by_more(self, runs, capsys):
+        assert main(["diff", str(runs[0]), str(runs[1]), "--fail-if-slower", "10"]) == EXIT_PROBLEMS
+        assert "more than --fail-if-slower 10%" in capsys.readouterr().err
+
+    def test_fail_if_slower_passes_when_b_is_faster(self, runs, capsys):
+        assert main(["diff", str(runs[1]), str(runs[0]), "--fail-if-slower", "0"]) == EXIT_OK
+
+    def test_a_negative_threshold_is_a_usage_error(self, runs, capsys):
+        assert main(["diff", str(runs[0]), str(runs[1]), "--fail-if-slower", "-5"]) == EXIT_USAGE
+
+
+class TestOutput:
+    def test_the_terminal_diff_heads_with_both_runs_and_the_step_change(self, runs, capsys):
+        assert main(["diff", str(runs[0]), str(runs[1])]) == EXIT_OK
+        out, err = capsys.readouterr()
+        first = out.splitlines()[0]
+        assert first.startswith("A base (grpo)  vs  B slow (grpo)      median step ")
+        assert "rl.refit.push_weights" in out and err == ""
+
+    def test_html_writes_a_page_whose_tables_hold_the_change(self, runs, capsys, tmp_path):
+        page = tmp_path / "diff.html"
+        assert main(["diff", str(runs[0]), str(runs[1]), "--html", str(page)]) == EXIT_OK
+        cells: list[str] = []
+
+        class Cells(HTMLParser):
+            def handle_data(self, data: str) -> None:
+                cells.append(data)
+
+        Cells().feed(page.read_text())
+        assert "rl.refit.push_weights" in cells
+        assert any(c.startswith("+0.") for c in cells)
+
+
+class TestInput:
+    def test_a_missing_run_exits_3_naming_it(self, runs, capsys, tmp_path):
+        assert main(["diff", str(runs[0]), str(tmp_path / "nope")]) == EXIT_INPUT
+        assert f"no run folder or report file at {tmp_path / 'nope'}" in capsys.readouterr().err
+
+    def test_a_file_that_is_not_a_report_exits_3(self, runs, capsys, tmp_path):
+        bad = tmp_path / "bad.json"
+        bad.write_text('{"schema_version": 99}')
+        assert main(["diff", str(bad), str(runs[0])]) == EXIT_INPUT
+        assert "schema_version 99" in capsys.readouterr().err

@@ -202,13 +202,16 @@ class GenerationWorker:
             shaped_wait(self._costs.param_bytes / self._costs.refit_bytes_per_s)
 
     @accepts_trace_context
-    def validate(self, prompts: I64) -> tuple[float, int]:
-        """Mean reward of greedy completions and their token count, counted as overhead."""
-        with span(RL.VALIDATION, "rl.validation.generate", sequences=len(prompts)):
+    def validate(self, prompts: I64, samples: int) -> tuple[float, int, int]:
+        """Summed reward of ``samples`` completions per prompt, their count and tokens.
+
+        The same generation code as a rollout, counted as overhead by ``bucket_scope``.
+        """
+        with span(RL.VALIDATION, "rl.validation.generate", sequences=len(prompts) * samples):
             with bucket_scope(Bucket.OVERHEAD):
-                rollout = self._sample(prompts, greedy=True)
-                rewards, _ = self._score(rollout, 1)
-        return float(rewards.mean()), int(rollout.lengths.sum())
+                rollout = self._sample(np.repeat(prompts, samples), greedy=False)
+                rewards, _ = self._score(rollout, samples)
+        return float(rewards.sum()), len(rewards), int(rollout.lengths.sum())
 
     @ray.method(concurrency_group="metrics")
     def record_engine(self, step: int) -> None:

@@ -143,12 +143,19 @@ class Fleet:
             path = str(run_dir / "checkpoints" / f"step_{step:06d}.npz")
             ray.get(dispatch_with_trace_context(self.policy[0].save_checkpoint, path))
 
-    def validate(self, prompts: I64) -> tuple[float, int]:
-        """Greedy validation on the first live generation worker: mean reward and tokens."""
-        worker = self.generation[min(self.generation)]
+    def validate(self, prompts: I64, samples: int) -> tuple[float, int]:
+        """Mean reward of ``samples`` sampled completions per validation prompt, and their tokens.
+
+        The prompts are split over the live generation workers, as a rollout's are.
+        """
+        workers = list(self.generation.values())
         with span(RL.VALIDATION, "rl.validate", prompts=len(prompts)):
-            result: tuple[float, int] = ray.get(dispatch_with_trace_context(worker.validate, prompts))
-        return result
+            results: list[tuple[float, int, int]] = ray.get([
+                dispatch_with_trace_context(w.validate, shard, samples)
+                for w, shard in zip(workers, np.array_split(prompts, len(workers)), strict=True)
+            ])
+        total, count, tokens = (sum(column) for column in zip(*results, strict=True))
+        return total / count, int(tokens)
 
     def record_engines(self, step: int) -> None:
         """This step's engine deltas: workers reading their own registry, and the scraped ones."""

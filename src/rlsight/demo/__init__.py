@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from rlsight.demo.costs import Costs
 from rlsight.demo.faults import Faults, parse_faults
-from rlsight.demo.run import DEFAULT_SPAN_GROUPS, DEFAULT_STEPS, DemoSettings, main, run_demo
+from rlsight.demo.run import DEFAULT_SPAN_GROUPS, DEFAULT_STEPS, DemoSettings, build_parser, main, run_demo
 
 __all__ = [
     "DEFAULT_SPAN_GROUPS",
@@ -33,6 +33,7 @@ __all__ = [
     "Costs",
     "DemoSettings",
     "Faults",
+    "build_parser",
     "main",
     "parse_faults",
     "run_demo",

@@ -98,13 +98,10 @@ class _Group:
     """One rollout call's output in the replay buffer."""
 
     version: int
+    prompts: int
     rollout: Rollout
     rewards: F64
     failures: int
-
-    @property
-    def prompts(self) -> int:
-        return len(self.rollout.prompts)
 
 
 class AsyncController(Controller):
@@ -188,7 +185,7 @@ class AsyncController(Controller):
                     self._busy.discard(rank)
                     self._lock.notify_all()
             with self._lock:
-                self._buffer.append(_Group(version, rollout, rewards, failures))
+                self._buffer.append(_Group(version, len(prompts), rollout, rewards, failures))
                 self._lock.notify_all()
 
     def _evict_stale(self) -> int:

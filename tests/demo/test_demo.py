@@ -98,7 +98,9 @@ def _run(demo: ModuleType, tmp: pytest.TempPathFactory, name: str, **changes: ob
 
 
 @pytest.fixture(scope="module")
-def faulty(demo_module: ModuleType, ray_cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+def faulty(
+    demo_module: ModuleType, ray_cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory
+) -> DemoRun:
     """Sync, with every fault at once, on the already-initialised session cluster."""
     faults = demo_module.parse_faults([
         f"straggler=generation/{SLOW}:{SLOWDOWN}", f"kill=generation/{KILLED}@{KILLED_AT}",
@@ -113,12 +115,16 @@ PAIR = dict(steps=5, train_tps=200.0, max_staleness=1)
 
 
 @pytest.fixture(scope="module")
-def sync_run(demo_module: ModuleType, ray_cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+def sync_run(
+    demo_module: ModuleType, ray_cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory
+) -> DemoRun:
     return _run(demo_module, tmp_path_factory, "sync", **PAIR)
 
 
 @pytest.fixture(scope="module")
-def async_run(demo_module: ModuleType, ray_cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+def async_run(
+    demo_module: ModuleType, ray_cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory
+) -> DemoRun:
     return _run(demo_module, tmp_path_factory, "async", mode="async", **PAIR)
 
 
@@ -136,7 +142,8 @@ def test_generation_seconds_follow_tokens_over_decode_rate(faulty: DemoRun) -> N
         lo, hi = faulty.step_window(step)
         for rank, base_rate in enumerate(DECODE_TPS):
             rate = base_rate / (SLOWDOWN if rank == SLOW else 1.0)
-            tokens = faulty.per_step("rl.engine.generation_tokens", **{"rl.engine.name": f"generation/{rank}"})
+            engine = {"rl.engine.name": f"generation/{rank}"}
+            tokens = faulty.per_step("rl.engine.generation_tokens", **engine)
             seconds = sum(
                 (s.end_ns - s.start_ns) / 1e9 for s in faulty.named("rl.generation.sample")
                 if _worker(s) == ("generation", rank) and lo <= s.start_ns < hi
@@ -152,10 +159,11 @@ def test_generation_seconds_follow_tokens_over_decode_rate(faulty: DemoRun) -> N
 
 def test_engine_token_deltas_equal_the_tokens_generated(faulty: DemoRun) -> None:
     """Both readers (in-process registry and scraped /metrics) count exactly what was generated."""
-    engines = {p.attributes["rl.engine.name"] for p in faulty.points if p.name == "rl.engine.generation_tokens"}
+    tokens = [p for p in faulty.points if p.name == "rl.engine.generation_tokens"]
+    engines = {p.attributes["rl.engine.name"] for p in tokens}
     assert engines == {"generation/0", "generation/1", "generation/2"}
-    scraped = {p.resource["rl.worker_group"] for p in faulty.points
-               if p.name == "rl.engine.generation_tokens" and p.attributes["rl.engine.name"] == "generation/1"}
+    scraped = {p.resource["rl.worker_group"] for p in tokens
+               if p.attributes["rl.engine.name"] == "generation/1"}
     assert scraped == {"driver"}, "odd ranks are scraped with from_url by the driver"
     engine = faulty.per_step("rl.engine.generation_tokens")
     rollout = faulty.per_step("rl_demo.rollout.tokens")
@@ -186,7 +194,8 @@ def test_the_killed_worker_stops_and_the_run_finishes_on_the_others(faulty: Demo
     assert killed and max(s.end_ns for s in killed) < lo
     assert len(faulty.named("rl.step")) == STEPS
     _, hi = faulty.step_window(STEPS)
-    assert any(_worker(s) == ("generation", 0) and s.start_ns > lo for s in faulty.named("rl.generation.sample"))
+    samples = faulty.named("rl.generation.sample")
+    assert any(_worker(s) == ("generation", 0) and s.start_ns > lo for s in samples)
     assert hi > lo
 
 
@@ -244,7 +253,9 @@ def _busy_share_of_steps(run: DemoRun, group: str) -> float:
     return fleet.utilisation * report.fleets.wall_ns / (last - first)
 
 
-def test_async_keeps_generation_busier_and_policy_less_idle_than_sync(sync_run: DemoRun, async_run: DemoRun) -> None:
+def test_async_keeps_generation_busier_and_policy_less_idle_than_sync(
+    sync_run: DemoRun, async_run: DemoRun
+) -> None:
     assert _busy_share_of_steps(async_run, "generation") > _busy_share_of_steps(sync_run, "generation")
     assert _busy_share_of_steps(async_run, "policy") > _busy_share_of_steps(sync_run, "policy")
 
@@ -293,7 +304,8 @@ def test_worker_spans_nest_under_the_driver_call_that_caused_them(faulty: DemoRu
         assert {faulty.parent(s).name for s in spans} == {caller}, worker
     loads = faulty.named("rl.worker.load_model")
     assert {_worker(s) for s in loads} == {
-        ("generation", 0), ("generation", 1), ("generation", 2), ("policy", 0), ("policy", 1), ("reference", 0)
+        ("generation", 0), ("generation", 1), ("generation", 2),
+        ("policy", 0), ("policy", 1), ("reference", 0),
     }
     assert {faulty.parent(s).name for s in loads} == {"rl.setup.workers"}
     pids = {s.resource["process.pid"] for s in faulty.spans}

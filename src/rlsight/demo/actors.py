@@ -107,7 +107,7 @@ async def _request_rewards(
     return rewards, failures
 
 
-@ray.remote(concurrency_groups={"metrics": 1})
+@ray.remote(concurrency_groups={"metrics": 1})  # type: ignore[call-overload]
 class GenerationWorker:
     """Samples completions (the inference engine's job) and has them scored by the environment.
 

@@ -75,7 +75,7 @@ def parse_faults(specs: Iterable[str]) -> Faults:
         if kind == "env-errors":
             rate = float(match["rate"])
             if rate >= 1:
-                raise ValueError(f"--inject {spec!r}: the error rate must be below 1 (every retry would fail)")
+                raise ValueError(f"--inject {spec!r}: the error rate must be below 1 (retries would fail)")
             continue
         target = (match["group"], int(match["rank"]))
         if kind == "straggler":

@@ -32,7 +32,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final, Literal, TextIO
 
 import numpy as np
 import ray
@@ -120,7 +120,9 @@ class DemoSettings:
         targets = [*self.faults.slowdown, *self.faults.hangs, *self.faults.kills]
         for group, rank in targets:
             if rank >= sizes[group]:
-                raise ValueError(f"--inject: {group}/{rank} does not exist ({group} has {sizes[group]} ranks)")
+                raise ValueError(
+                    f"--inject: {group}/{rank} does not exist ({group} has {sizes[group]} ranks)"
+                )
         for group, rank in self.faults.kills:
             if group != "generation":
                 raise ValueError(f"--inject kill={group}/{rank}: only generation workers can be killed")
@@ -221,7 +223,7 @@ def run_demo(
     span_groups: Sequence[str] = DEFAULT_SPAN_GROUPS,
     steps: int | None = None,
     seed: int | None = None,
-    out: object = None,
+    out: TextIO | None = None,
 ) -> Path:
     """Run the instrumented GRPO demo and return its run folder.
 
@@ -289,7 +291,7 @@ def run_demo(
                     scalars = _run_step(step, settings, fleet, controller, config.run_path, progress)
                 wall_s = time.perf_counter() - t0
                 tee_step_metrics(step, scalars, denominator_s=wall_s)
-                print(progress.line(step, wall_s, scalars), file=stream, flush=True)  # type: ignore[call-overload]
+                print(progress.line(step, wall_s, scalars), file=stream, flush=True)
     finally:
         loader.stop()
         try:

@@ -13,6 +13,8 @@ import functools
 import importlib
 import io
 import os
+import subprocess
+import sys
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -387,3 +389,46 @@ def test_rlsight_demo_forwards_every_flag_it_is_given(demo_module: ModuleType) -
     forwarded = {a.option_strings[0] for a in demo_parser._actions if a.option_strings} - {"-h"}
     ours = {a.option_strings[0] for a in parser._actions if a.option_strings} - {"-h"}
     assert ours == forwarded
+
+
+# Network exposure ---------------------------------------------------------------------------
+
+
+def _listening_addresses(pid: int) -> set[str]:
+    """Local addresses of the TCP sockets process ``pid`` listens on (from /proc, as ss reads)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                found.add(fields[1].split(":")[0])
+    return found
+
+
+def test_ray_listens_on_loopback_only_with_the_single_machine_switch(ray_cluster: RayCluster) -> None:
+    """Ray's gRPC servers bind to the node IP; the switch the demo sets makes it 127.0.0.1."""
+    assert os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
+    assert ray.util.get_node_ip_address() == "127.0.0.1"
+    addresses = _listening_addresses(os.getpid())  # this driver's core-worker gRPC server
+    assert addresses, "the driver should listen for its core worker"
+    loopback = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
+    assert addresses <= loopback, addresses
+
+
+def test_importing_the_demo_sets_the_switch_unless_the_caller_did(tmp_path: Path) -> None:
+    code = ("import os, rlsight.demo, ray._private.ray_constants as c; "
+            "print(os.environ['RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER'], c.ENABLE_RAY_CLUSTER)")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["0", "False"], done.stderr[-2000:]
+    env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "1"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["1", "True"], done.stderr[-2000:]

@@ -18,14 +18,27 @@ phase *costs* is shaped like an LLM run's (``costs``). Modules:
 * ``engine_metrics``: the generation worker's vLLM-named Prometheus series;
 * ``metrics``: the trainer scalars declared as a metric group.
 
-Importing it imports Ray and numpy; ``import rlsight`` never does.
+Importing it imports Ray and numpy; ``import rlsight`` never does. Before it imports Ray it
+sets Ray's single-machine switch (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` unless already set,
+:mod:`rlsight.demo._loopback`), so a cluster the demo starts listens on 127.0.0.1 only.
 """
 
 from __future__ import annotations
 
-from rlsight.demo.costs import Costs
-from rlsight.demo.faults import Faults, parse_faults
-from rlsight.demo.run import DEFAULT_SPAN_GROUPS, DEFAULT_STEPS, DemoSettings, build_parser, main, run_demo
+from rlsight.demo._loopback import prefer_loopback
+
+prefer_loopback()  # before Ray is first imported: Ray reads the switch once
+
+from rlsight.demo.costs import Costs  # noqa: E402
+from rlsight.demo.faults import Faults, parse_faults  # noqa: E402
+from rlsight.demo.run import (  # noqa: E402
+    DEFAULT_SPAN_GROUPS,
+    DEFAULT_STEPS,
+    DemoSettings,
+    build_parser,
+    main,
+    run_demo,
+)
 
 __all__ = [
     "DEFAULT_SPAN_GROUPS",

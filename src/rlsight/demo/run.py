@@ -17,9 +17,9 @@ each on two cores:
 * a progress line per step, then ``rlsight report`` for the run, with ``report.html`` and
   ``trace.json`` written into the run folder.
 
-The Ray cluster it starts binds to 127.0.0.1 where Ray allows it (``docs/demo.md`` lists
-what stays exposed); its own servers (the environment, the scraped ``/metrics``) bind to
-127.0.0.1 only.
+Started as ``python -m rlsight.demo`` or ``rlsight demo``, the Ray cluster it starts listens on
+127.0.0.1 only (:mod:`rlsight.demo._loopback`; ``docs/demo.md`` lists every listener), and its
+own servers (the environment, the scraped ``/metrics``) bind to 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import dataclasses
 import logging
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ import numpy as np
 import ray
 
 from rlsight import (
+    RlsightWarning,
     TelemetryConfig,
     job_span,
     ray_runtime_env,
@@ -49,6 +51,7 @@ from rlsight import (
     tee_step_metrics,
 )
 from rlsight.demo import metrics as _metrics  # noqa: F401 - declares the metric group the tee records
+from rlsight.demo._loopback import LOOPBACK_ENV
 from rlsight.demo.controllers import AsyncController, Controller, SyncController
 from rlsight.demo.costs import DEFAULT_DECODE_TPS, Costs
 from rlsight.demo.faults import Faults, parse_faults
@@ -61,7 +64,7 @@ __all__ = ["DEFAULT_SPAN_GROUPS", "DEFAULT_STEPS", "DemoSettings", "main", "run_
 DEFAULT_STEPS: Final = 20
 #: ``per_prompt`` is on so the HTTP hop into the environment shows in the trace.
 DEFAULT_SPAN_GROUPS: Final = ("per_step", "per_prompt")
-#: Loopback only: the cluster and the demo's servers are not reachable from other hosts.
+#: The node IP of a loopback-only cluster.
 _LOOPBACK: Final = "127.0.0.1"
 #: Every start token, each sampled twice: the mean reward of sampled completions is a smooth
 #: learning curve (a greedy one sits at 0 until the argmax flips).
@@ -141,18 +144,29 @@ def _config(run_dir: Path | None, span_groups: Sequence[str]) -> TelemetryConfig
 
 
 def _start_ray(config: TelemetryConfig) -> bool:
-    """Start a loopback-only local cluster whose workers set up rlsight; False when Ray already runs."""
+    """Start a local cluster whose workers set up rlsight; False when Ray already runs.
+
+    It listens on 127.0.0.1 only when Ray was imported with its single-machine switch set
+    (:mod:`rlsight.demo._loopback`; the demo's entry points set it); otherwise a warning says
+    that the cluster listens on every interface and how to avoid it.
+    """
     if ray.is_initialized():
         return False
     ray.init(
         num_cpus=2,
         include_dashboard=False,
-        # The node's address: the raylet, object manager and workers advertise 127.0.0.1.
-        # Ray's gRPC servers still listen on every interface (docs/demo.md).
-        _node_ip_address=_LOOPBACK,
         logging_level=logging.ERROR,
         runtime_env=ray_runtime_env(config),
     )
+    node_ip = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+    if node_ip != _LOOPBACK:
+        warnings.warn(
+            f"rlsight demo: the Ray cluster listens on {node_ip} and every interface; set "
+            f"{LOOPBACK_ENV}=0 before Ray is imported (python -m rlsight.demo does) for a "
+            "cluster on 127.0.0.1 only",
+            RlsightWarning,
+            stacklevel=3,
+        )
     return True
 
 

@@ -38,9 +38,14 @@ def _chromium() -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--run-dir", type=Path, help="an existing demo run (default: run one)")
+    parser.add_argument("--log", type=Path, help="that run's `make demo` output, for its progress lines")
     args = parser.parse_args()
     progress = ""
-    run_dir: Path = args.run_dir
+    if args.log is not None:
+        progress = "\n".join(
+            line for line in args.log.read_text(encoding="utf-8").splitlines() if line.startswith("step ")
+        )
+    run_dir: Path = args.run_dir.resolve() if args.run_dir is not None else None  # type: ignore[assignment]
     if run_dir is None:
         from rlsight.demo import run_demo
 

@@ -158,9 +158,9 @@ class GenerationWorker:
                 self._reader.read_delta()
         return _worker_info(metrics_url=self._metrics_url)
 
-    def _sample(self, prompts: I64, *, greedy: bool) -> Rollout:
+    def _sample(self, prompts: I64, *, greedy: bool, **group: str) -> Rollout:
         assert self._weights is not None, "load_model() first"
-        with span(RL.GENERATION, "rl.generation.sample", sequences=len(prompts)) as s:
+        with span(RL.GENERATION, "rl.generation.sample", sequences=len(prompts), **group) as s:
             rollout = sample(self._weights, prompts, self._rng, greedy=greedy)
             tokens = int(rollout.lengths.sum())
             s.set_attribute("rl.tokens", tokens)
@@ -180,10 +180,16 @@ class GenerationWorker:
             return self._score(rollout, group_size)
 
     @accepts_trace_context
-    def rollout(self, prompts: I64, group_size: int) -> tuple[Rollout, F64, int]:
-        """Generate and score in one call (the async controller's unit of work)."""
-        rollout = self.generate(prompts, group_size)
-        rewards, failures = self.score(rollout, group_size)
+    def rollout(self, prompts: I64, group_size: int, group_id: str) -> tuple[Rollout, F64, int]:
+        """Generate and score in one call (the async controller's unit of work).
+
+        Both spans carry ``group_id`` (``rl.group_id``, inherited by the environment requests
+        under them), so :func:`rlsight.discard` can charge this work to waste if the trainer
+        evicts it later.
+        """
+        rollout = self._sample(np.repeat(prompts, group_size), greedy=False, group_id=group_id)
+        with span(RL.REWARD, "rl.reward.score", sequences=len(rollout.prompts), group_id=group_id):
+            rewards, failures = self._score(rollout, group_size)
         return rollout, rewards, failures
 
     def _score(self, rollout: Rollout, group_size: int) -> tuple[F64, int]:

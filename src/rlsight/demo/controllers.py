@@ -6,7 +6,8 @@ pushes the weights, one phase after the other; while one fleet works the others 
 ``async``: one producer thread per generation worker keeps generating and scoring groups
 into a replay buffer while the trainer trains. A group is tagged with the weights version it
 was generated with; the trainer takes groups at most ``max_staleness`` versions old and
-evicts older ones (their generation was wasted). Waiting for the buffer is
+evicts older ones with :func:`rlsight.discard`, which moves their generation and scoring
+seconds to ``wasted``. Waiting for the buffer is
 ``idle/buffer_starvation``; before a weight push the trainer pauses the producers and waits
 for their in-flight rollouts to finish (``idle/refit_bubble``), as engines cannot swap weights
 in the middle of a batch.
@@ -24,7 +25,7 @@ from typing import Final
 import numpy as np
 import ray
 
-from rlsight import RL, dispatch_with_trace_context, efficiency_span, span, umbrella_span
+from rlsight import RL, discard, dispatch_with_trace_context, efficiency_span, span, umbrella_span
 from rlsight.demo.fleet import Fleet, concat_rollouts
 from rlsight.demo.policy import F64, I64, Rollout
 from rlsight.demo.prompts import PromptLoader
@@ -97,6 +98,7 @@ class SyncController(Controller):
 class _Group:
     """One rollout call's output in the replay buffer."""
 
+    group_id: str
     version: int
     prompts: int
     rollout: Rollout
@@ -128,6 +130,7 @@ class AsyncController(Controller):
         self._max_staleness = max_staleness
         self._chunk = max(1, prompts_per_step // max(1, len(fleet.generation)))
         self._version = 0
+        self._calls = 0
         self._buffer: deque[_Group] = deque()
         self._pending_prompts: deque[int] = deque()
         self._lock = threading.Condition()
@@ -168,10 +171,12 @@ class AsyncController(Controller):
                     return
                 prompts = self._next_prompts()
                 version = self._version
+                self._calls += 1
+                group_id = f"{rank}-{self._calls}"
                 self._busy.add(rank)
             try:
                 rollout, rewards, failures = ray.get(
-                    dispatch_with_trace_context(worker.rollout, prompts, self._group_size)
+                    dispatch_with_trace_context(worker.rollout, prompts, self._group_size, group_id)
                 )
             except ray.exceptions.RayActorError:
                 return  # killed (a fault): the others carry on
@@ -185,20 +190,22 @@ class AsyncController(Controller):
                     self._busy.discard(rank)
                     self._lock.notify_all()
             with self._lock:
-                self._buffer.append(_Group(version, len(prompts), rollout, rewards, failures))
+                self._buffer.append(_Group(group_id, version, len(prompts), rollout, rewards, failures))
                 self._lock.notify_all()
 
     def _evict_stale(self) -> int:
         """Drop groups older than ``max_staleness`` versions; returns how many (lock held).
 
-        A GRPO group is one prompt's completions, so a buffer entry holds several.
+        A GRPO group is one prompt's completions, so a buffer entry (one rollout call, tagged
+        with one ``group_id``) holds several; :func:`rlsight.discard` charges the entry's work
+        to ``wasted``.
         """
-        fresh = deque(g for g in self._buffer if self._version - g.version <= self._max_staleness)
-        evicted = self._buffered_prompts() - sum(g.prompts for g in fresh)
-        if evicted:
-            with efficiency_span("wasted/stale_discard"):
-                self._buffer = fresh
-        return evicted
+        stale = [g for g in self._buffer if self._version - g.version > self._max_staleness]
+        if stale:
+            # Their generation and scoring, seconds ago on the workers, now count as wasted.
+            discard([g.group_id for g in stale], "stale")
+            self._buffer = deque(g for g in self._buffer if g not in stale)
+        return sum(g.prompts for g in stale)
 
     def rollout(self, step: int) -> StepResult:
         evicted = 0

@@ -5,7 +5,7 @@ PY := .venv/bin/python
 UV := $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
 UV_FLAGS := --system-certs
 
-.PHONY: venv test lint typecheck check bench demo clean browser prometheus
+.PHONY: venv test lint typecheck check bench demo readme-demo clean browser prometheus
 
 venv: .venv/.synced
 .venv/.synced: pyproject.toml uv.lock
@@ -42,6 +42,10 @@ bench: venv
 
 demo: venv
 	$(PY) -m rlsight.demo
+
+# The README's demo excerpt and docs/img/report.png come from a real default run, not typing.
+readme-demo: venv browser
+	$(PY) scripts/readme_demo.py
 
 clean:
 	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache rlsight-runs

@@ -8,6 +8,7 @@ Workers write their spans into the cluster's run folder; read them back with
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +18,10 @@ from _ray_support import RayCluster
 from rlsight import TelemetryConfig
 from rlsight.ray import ray_runtime_env
 from rlsight.testing import Capture, capture_telemetry
+
+# Ray's single-machine switch, before anything imports Ray: the session cluster listens on
+# 127.0.0.1 only, as the demo's does (docs/demo.md, "Network exposure").
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
 @pytest.fixture

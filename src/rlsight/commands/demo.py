@@ -5,26 +5,39 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+# Defaults stay with the demo (rlsight.demo.run.DemoSettings): importing it here would import
+# Ray and numpy for every `rlsight --help`. Flags given are forwarded as written.
+_FLAGS: tuple[tuple[str, type, str], ...] = (
+    ("--steps", int, "training steps (default 20)"),
+    ("--mode", str, "sync or async (default sync)"),
+    ("--generation-workers", int, "generation fleet size (default 3)"),
+    ("--policy-ranks", int, "data-parallel policy ranks (default 2)"),
+    ("--max-staleness", int, "async: oldest weights version a group may train on (default 1)"),
+    ("--decode-tps", str, "tokens/s per generation worker, one number or one per worker (default 100)"),
+    ("--seed", int, "seed (default 0)"),
+    ("--span-groups", str, "span-group spec, comma-separated (default per_step,per_prompt)"),
+)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    # Defaults stay with the demo (rlsight.demo.run): importing it here would import Ray and
-    # numpy for every `rlsight --help`.
     parser.add_argument("--run-dir", type=Path, default=None, help="where to write the run")
-    parser.add_argument("--steps", type=int, default=None, help="training steps to run (default 6)")
-    parser.add_argument(
-        "--span-groups", default=None,
-        help="span-group spec, comma-separated (default per_step,per_prompt)",
-    )
+    for flag, kind, text in _FLAGS:
+        parser.add_argument(flag, type=kind, default=None, help=text)
+    parser.add_argument("--inject", action="append", default=None, metavar="FAULT",
+                        help="straggler=generation/1:2.5, hang=policy/1@5:20, kill=generation/1@6, "
+                             "env-errors=0.1 (repeatable)")
 
 
 def run(args: argparse.Namespace) -> int:
     from rlsight.demo import main
 
     argv: list[str] = []
-    if args.steps is not None:
-        argv += ["--steps", str(args.steps)]
     if args.run_dir is not None:
         argv += ["--run-dir", str(args.run_dir)]
-    if args.span_groups is not None:
-        argv += ["--span-groups", args.span_groups]
+    for flag, _, _ in _FLAGS:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value is not None:
+            argv += [flag, str(value)]
+    for fault in args.inject or ():
+        argv += ["--inject", fault]
     return main(argv)

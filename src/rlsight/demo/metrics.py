@@ -4,8 +4,8 @@ The driver logs one dict of scalars per step, the way a trainer logs to its trac
 keys below are the ones it builds (``"train/loss"`` in the policy worker's result,
 ``"rollout/reward_mean"`` in the driver). ``tee_step_metrics`` records every declared key
 as an OpenTelemetry metric with ``rl.step``. ``val/reward_mean`` exists only on validation
-steps: on the others the point is left out and counted on ``rl.metrics.skipped``, never
-recorded as a 0.
+steps (and the ``buffer/*`` keys only in async runs): otherwise the point is left out and
+counted on ``rl.metrics.skipped``, never recorded as a 0.
 """
 
 from __future__ import annotations
@@ -32,6 +32,14 @@ SPECS: Final = (
                "L2 norm of the policy gradient before the optimizer step."),
     MetricSpec("rl_demo.validation.reward", "val/reward_mean", "gauge", "1",
                "Mean reward of greedy completions on the validation prompts."),
+    MetricSpec("rl_demo.validation.tokens", "val/generated_tokens", "counter", "{token}",
+               "Tokens generated for the step's validation pass."),
+    MetricSpec("rl_demo.reward.env_failures", "reward/env_failures", "counter", "{request}",
+               "Environment requests of the step's batch that failed and were retried."),
+    MetricSpec("rl_demo.buffer.evicted_groups", "buffer/evicted_groups", "counter", "{group}",
+               "Async: GRPO groups evicted from the replay buffer as too stale this step."),
+    MetricSpec("rl_demo.buffer.staleness", "buffer/staleness", "gauge", "{version}",
+               "Async: mean weights versions behind of the groups trained on this step."),
 )
 
 register_metric_group(DEMO_METRICS, SPECS)

@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
-import orjson
 from numpy.typing import NDArray
 
 from rlsight.buckets import BUCKET_PRIORITY
+from rlsight.store._lines import PARSE_ERRORS, int64, json_lines
 from rlsight.store._reader import _attributes, _store_files
 from rlsight.store._schema import AttributeValue, SkippedRecord, SpanRecord
 
@@ -176,7 +176,7 @@ def _convert(rows: list[_Row], *, otlp: bool) -> _Batch:
     str_kind = "stringValue" if otlp else None
     # OTLP writes int64 as a decimal string; a value that is not one makes the request not
     # OTLP (read_spans skips it too). Decoded records are taken leniently.
-    thread = ([0 if t is None else int(t) for t in _values(attrs, "thread.id", int_kind)] if otlp
+    thread = ([0 if t is None else int64(t) for t in _values(attrs, "thread.id", int_kind)] if otlp
               else [_integer(t, 0) for t in _values(attrs, "thread.id", None)])
     step_values = _values(attrs, "rl.step", int_kind)
     keep = [
@@ -190,8 +190,8 @@ def _convert(rows: list[_Row], *, otlp: bool) -> _Batch:
         bucket=_strings(_values(attrs, "rl.bucket", str_kind)),
         group=_strings(_values(attrs, "rl.span_group", str_kind)),
         concurrent=[v is True for v in _values(attrs, "rl.concurrent", "boolValue" if otlp else None)],
-        step_no=[NO_STEP if n != _STEP_SPAN else _integer(v, NO_STEP)
-                 for n, v in zip(name, step_values, strict=True)],
+        step_no=[NO_STEP if n != _STEP_SPAN else int64(v) if otlp and v is not None
+                 else _integer(v, NO_STEP) for n, v in zip(name, step_values, strict=True)],
         batch_size=_numbers(attrs, "rl.batch_size", otlp),
         prompts=_numbers(attrs, "rl.prompts", otlp),
         kept=keep,
@@ -311,11 +311,9 @@ def _integer(value: object, default: int) -> int:
     """An int attribute (OTLP writes int64 as a decimal string); ``default`` if it is not one."""
     if isinstance(value, bool):
         return default
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
+    if isinstance(value, (int, str)):
         try:
-            return int(value)
+            return int64(value)
         except ValueError:
             return default
     return default
@@ -389,8 +387,8 @@ def _read_request(request: Any) -> tuple[list[dict[str, AttributeValue]], _Batch
                 status = s.get("status")
                 rows.append((
                     s["traceId"], s["spanId"], s.get("parentSpanId") or "", s["name"],
-                    int(s["startTimeUnixNano"]), int(s["endTimeUnixNano"]),
-                    int(status.get("code", 0)) if status else 0, resource,
+                    int64(s["startTimeUnixNano"]), int64(s["endTimeUnixNano"]),
+                    int64(status.get("code", 0)) if status else 0, resource,
                     {kv["key"]: kv["value"] for kv in s.get("attributes") or ()},
                 ))
     return resources, (_convert(rows, otlp=True) if rows else None)
@@ -571,38 +569,31 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 def _read_files(
     files: list[Path], progress: Callable[[int, int], None] | None, total: int,
 ) -> tuple[SpanColumns, list[SkippedRecord]]:
     builder = _Builder()
     skipped: list[SkippedRecord] = []
     done = 0
+    sizes = {p: _size(p) for p in files}
     for path in files:
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            skipped.append(SkippedRecord(str(path), 0, f"cannot open: {exc.strerror}"))
-            continue
-        lines = data.split(b"\n")
-        last = len(lines) - 1
-        for lineno, raw in enumerate(lines, 1):
-            if not raw.strip():
-                continue
-            try:
-                request = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                what = "truncated line" if lineno - 1 == last else "not JSON"
-                skipped.append(SkippedRecord(str(path), lineno, f"{what} ({exc})"))
-                continue
+        for lineno, request in json_lines(path, skipped):
             try:
                 resources, batch = _read_request(request)
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            except PARSE_ERRORS as exc:
                 skipped.append(SkippedRecord(str(path), lineno, f"not an OTLP traces request ({exc!r})"))
                 continue
             processes = [builder.add_process(r) for r in resources]
             if batch is not None:
                 builder.add(batch, processes)
-        done += len(data)
+        done += sizes.get(path, 0)
         if progress is not None:
             progress(done, total)
     return builder.finish(), skipped

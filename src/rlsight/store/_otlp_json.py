@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
 
 _DELTA, _CUMULATIVE = 1, 2
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def _double(v: float) -> float | str:
@@ -34,7 +35,9 @@ def any_value(v: object) -> dict[str, Any]:
     if isinstance(v, bool):
         return {"boolValue": v}
     if isinstance(v, int):
-        return {"intValue": str(v)}
+        # OTLP's intValue is int64; a larger Python int (``step_span(2**63)``) would make the
+        # whole line unreadable, so it is kept as its decimal text instead.
+        return {"intValue": str(v)} if _INT64_MIN <= v <= _INT64_MAX else {"stringValue": str(v)}
     if isinstance(v, float):
         return {"doubleValue": _double(v)}
     if isinstance(v, str):

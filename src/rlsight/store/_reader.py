@@ -1,20 +1,22 @@
 """Read a run's store back: spans and metric points as flat records.
 
-Bad input loses nothing: a line that is not JSON (a process killed mid-write), or JSON that
-is not an OTLP request, is skipped and reported with ``file:line``; every other record of
-that file and of the run is still returned.
+Bad input loses nothing: a line that is not JSON (a process killed mid-write), JSON that is
+not an OTLP request, a line over :data:`~rlsight.store._lines.MAX_LINE_BYTES`, nesting too deep
+to parse or an integer outside OTLP's int64 range is skipped and reported with ``file:line``;
+every other record of that file and of the run is still returned.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlsight.errors import StoreError
+from rlsight.store._lines import PARSE_ERRORS, int64, json_lines
 from rlsight.store._manifest import SUPPORTED_STORE_FORMATS, read_manifest
 from rlsight.store._schema import AttributeValue, SkippedRecord, SpanRecord
 
@@ -77,7 +79,7 @@ def _value(v: Mapping[str, Any]) -> AttributeValue | None:
     if "stringValue" in v:
         return str(v["stringValue"])
     if "intValue" in v:
-        return int(v["intValue"])
+        return int64(v["intValue"])
     if "doubleValue" in v:
         return _number(v["doubleValue"])
     if "boolValue" in v:
@@ -119,23 +121,6 @@ def _store_files(run_dir: Path, kind: str) -> list[Path]:
     return sorted(folder.glob("*.jsonl")) if folder.is_dir() else []
 
 
-def _lines(path: Path, skipped: list[SkippedRecord]) -> Iterator[tuple[int, Any]]:
-    try:
-        handle = path.open("rb")
-    except OSError as exc:
-        skipped.append(SkippedRecord(str(path), 0, f"cannot open: {exc.strerror}"))
-        return
-    with handle:
-        for lineno, raw in enumerate(handle, 1):
-            if not raw.strip():
-                continue
-            try:
-                yield lineno, json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                what = "truncated line" if not raw.endswith(b"\n") else "not JSON"
-                skipped.append(SkippedRecord(str(path), lineno, f"{what} ({exc})"))
-
-
 def _read(
     run_dir: Path | str, kind: str, parse: Callable[[Any, list[Any]], None]
 ) -> tuple[list[Any], list[SkippedRecord], int]:
@@ -143,11 +128,11 @@ def _read(
     out: list[Any] = []
     skipped: list[SkippedRecord] = []
     for path in files:
-        for lineno, request in _lines(path, skipped):
+        for lineno, request in json_lines(path, skipped):
             batch: list[Any] = []
             try:
                 parse(request, batch)
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            except PARSE_ERRORS as exc:
                 skipped.append(SkippedRecord(str(path), lineno, f"not an OTLP {kind} request ({exc!r})"))
                 continue
             out.extend(batch)
@@ -165,13 +150,13 @@ def _parse_spans(request: Any, out: list[SpanRecord]) -> None:
                     span_id=s["spanId"],
                     parent_span_id=s.get("parentSpanId") or None,
                     name=s["name"],
-                    start_ns=int(s["startTimeUnixNano"]),
-                    end_ns=int(s["endTimeUnixNano"]),
+                    start_ns=int64(s["startTimeUnixNano"]),
+                    end_ns=int64(s["endTimeUnixNano"]),
                     attributes=_attributes(s.get("attributes")),
                     resource=resource,
-                    status_code=int(status.get("code", 0)),
+                    status_code=int64(status.get("code", 0)),
                     status_message=str(status.get("message", "")),
-                    kind=int(s.get("kind", 1)),
+                    kind=int64(s.get("kind", 1)),
                 ))
 
 
@@ -199,20 +184,20 @@ def _parse_metrics(request: Any, out: list[MetricPoint]) -> None:
                 for p in data.get("dataPoints", []):
                     common: dict[str, Any] = {
                         "name": m["name"], "kind": kind, "unit": m.get("unit", ""),
-                        "time_ns": int(p["timeUnixNano"]),
-                        "start_time_ns": int(p.get("startTimeUnixNano", 0)),
+                        "time_ns": int64(p["timeUnixNano"]),
+                        "start_time_ns": int64(p.get("startTimeUnixNano", 0)),
                         "attributes": _attributes(p.get("attributes")), "resource": resource,
-                        "temporality": int(data.get("aggregationTemporality", 0)),
+                        "temporality": int64(data.get("aggregationTemporality", 0)),
                         "is_monotonic": bool(data.get("isMonotonic", False)),
                     }
                     if kind == "histogram":
                         out.append(MetricPoint(
-                            **common, count=int(p.get("count", 0)), sum=_number(p.get("sum", 0)),
-                            bucket_counts=tuple(int(c) for c in p.get("bucketCounts", [])),
+                            **common, count=int64(p.get("count", 0)), sum=_number(p.get("sum", 0)),
+                            bucket_counts=tuple(int64(c) for c in p.get("bucketCounts", [])),
                             explicit_bounds=tuple(_number(b) for b in p.get("explicitBounds", [])),
                         ))
                     elif "asInt" in p:
-                        out.append(MetricPoint(**common, value=int(p["asInt"])))
+                        out.append(MetricPoint(**common, value=int64(p["asInt"])))
                     else:
                         out.append(MetricPoint(**common, value=_number(p["asDouble"])))
 

@@ -1,0 +1,109 @@
+"""The one way every store reader walks a file: bounded lines, numbered, never fatal.
+
+A store file is written by a process that may be killed mid-line, filled by a runaway writer
+or edited by hand. Whatever it holds, a reader must return every good record and name each
+bad one with ``file:line``; it must not raise and must not grow without bound. So a line is
+read at most :data:`MAX_LINE_BYTES` at a time (a longer one is skipped in bounded chunks), a
+parse error of any kind (bad JSON, nesting deep enough to exhaust the parser's recursion, an
+integer OTLP cannot hold) skips that record alone, and integers are checked against the
+int64 range OTLP gives them before they reach a fixed-width column.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Final
+
+from rlsight.store._schema import SkippedRecord
+
+__all__ = ["MAX_LINE_BYTES", "PARSE_ERRORS", "int64", "json_lines", "loads"]
+
+#: Longest store line a reader accepts. rlsight's own lines are one batch of at most 4096
+#: spans with attributes capped in length (a few MiB); a longer line is not one of ours.
+MAX_LINE_BYTES: Final = 64 * 2**20
+_SKIP_CHUNK: Final = 2**20
+_INT64_MIN: Final = -(2**63)
+_INT64_MAX: Final = 2**63 - 1
+
+#: What parsing or converting one record may raise; each skips that record, never the file.
+PARSE_ERRORS: Final = (
+    KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError, OverflowError,
+)
+
+
+def int64(raw: object) -> int:
+    """``raw`` (an int or OTLP's decimal string) as an int within OTLP's int64 range.
+
+    Raises:
+        ValueError: not an integer, or outside the int64 range (no column could hold it).
+    """
+    if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+        raise ValueError(f"not an integer: {raw!r:.40}")
+    value = int(raw)
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise ValueError(f"integer {str(raw)[:40]} is outside the int64 range")
+    return value
+
+
+def loads() -> Callable[[bytes], Any]:
+    """The JSON parser every reader uses: orjson where installed, else the standard library.
+
+    One parser for every reader keeps them agreeing on what a line is: orjson refuses nesting
+    deeper than 1024, the standard library whatever exceeds its recursion limit.
+    """
+    try:
+        import orjson
+    except ImportError:  # the core install reads with the standard library
+        return json.loads
+    return orjson.loads
+
+
+def _raw_lines(path: Path, skipped: list[SkippedRecord]) -> Iterator[tuple[int, bytes]]:
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        skipped.append(SkippedRecord(str(path), 0, f"cannot open: {exc.strerror}"))
+        return
+    limit = MAX_LINE_BYTES  # read per call, so a test can lower it
+    with handle:
+        lineno = 0
+        while True:
+            raw = handle.readline(limit + 1)
+            if not raw:
+                return
+            lineno += 1
+            if len(raw) > limit:
+                # Skip the rest of the line without holding it: a runaway writer's file must
+                # not take the reader's memory with it.
+                size = len(raw)
+                while not raw.endswith(b"\n"):
+                    raw = handle.readline(_SKIP_CHUNK)
+                    if not raw:
+                        break
+                    size += len(raw)
+                skipped.append(SkippedRecord(
+                    str(path), lineno,
+                    f"line too long ({size:,} bytes; readers accept up to {limit:,})"))
+                continue
+            yield lineno, raw
+
+
+def json_lines(path: Path, skipped: list[SkippedRecord]) -> Iterator[tuple[int, Any]]:
+    """Each non-blank line of ``path`` parsed (see :func:`loads`), numbered from 1.
+
+    A line that does not parse is recorded in ``skipped`` (a last line without its newline
+    as ``truncated line``: a process killed mid-write) and the walk goes on.
+    """
+    parse = loads()
+    for lineno, raw in _raw_lines(path, skipped):
+        if not raw.strip():
+            continue
+        try:
+            yield lineno, parse(raw)
+        except RecursionError:
+            skipped.append(SkippedRecord(str(path), lineno, "not JSON (nested too deep)"))
+        except ValueError as exc:  # JSONDecodeError, orjson's error and UnicodeDecodeError
+            what = "truncated line" if not raw.endswith(b"\n") else "not JSON"
+            skipped.append(SkippedRecord(str(path), lineno, f"{what} ({str(exc)[:200]})"))

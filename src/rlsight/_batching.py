@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.sdk.trace import SpanProcessor
 
@@ -40,6 +40,16 @@ class BatchingSpanProcessor(SpanProcessor):
         on_error: Called (on the export thread) with an exception ``export`` raised.
         close: Releases the exporter (its HTTP session or gRPC channel) at shutdown, within
             what is left of the budget.
+        max_lag_s: When set, a span that ends while the oldest span not yet exported ended
+            more than this long ago is dropped and counted (``lag``): an exporter that cannot
+            keep up costs spans, never seconds of them held in memory.
+        on_drops: Called on the export thread after a drain in which the drop counts grew
+            (to warn once and to get the counts recorded while the run goes).
+        prepare: When set, and the oldest span not yet exported ended over ``help_after_s``
+            ago, ``on_end`` queues ``prepare(span)`` instead of the span: the app thread does
+            the costly conversion so one export thread keeps up with many app threads.
+            ``export`` then receives a mix of spans and prepared items.
+        help_after_s: How far behind the export thread must be before app threads help.
     """
 
     def __init__(
@@ -52,6 +62,10 @@ class BatchingSpanProcessor(SpanProcessor):
         max_batch: int = 4096,
         on_error: Callable[[BaseException], None] | None = None,
         close: Callable[[], object] | None = None,
+        max_lag_s: float | None = None,
+        on_drops: Callable[[BatchingSpanProcessor], None] | None = None,
+        prepare: Callable[[ReadableSpan], Any] | None = None,
+        help_after_s: float = 0.05,
     ) -> None:
         self.name = name
         self._export = export
@@ -60,6 +74,13 @@ class BatchingSpanProcessor(SpanProcessor):
         self._max_batch = max_batch
         self._on_error = on_error
         self._close = close
+        self._max_lag_ns = None if max_lag_s is None else int(max_lag_s * 1e9)
+        self._on_drops = on_drops
+        self._prepare = prepare
+        self._help_after_ns = int(help_after_s * 1e9)
+        self._drops_seen = 0
+        #: End time of the oldest span of the batch being exported (0 when none is).
+        self._in_flight_oldest_ns = 0
         self._queue: collections.deque[ReadableSpan] = collections.deque()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -83,12 +104,36 @@ class BatchingSpanProcessor(SpanProcessor):
         if self._stop.is_set():
             self.dropped["after_shutdown"] += 1
             return
-        if len(self._queue) >= self._max_queue:
+        queue = self._queue
+        if len(queue) >= self._max_queue:
             self.dropped["queue_full"] += 1
             return
-        self._queue.append(span)
+        if self._max_lag_ns is not None or self._prepare is not None:
+            behind = self._behind_ns(span.end_time or 0)
+            if self._max_lag_ns is not None and behind > self._max_lag_ns:
+                self.dropped["lag"] += 1
+                return
+            if self._prepare is not None and behind > self._help_after_ns:
+                queue.append(self._prepare(span))
+                return
+        queue.append(span)
         if len(self._queue) >= self._max_batch:
             self._wake.set()
+
+    def _behind_ns(self, now_ns: int) -> int:
+        """How long ago the oldest span not yet exported ended (0 when none is waiting)."""
+        oldest = self._in_flight_oldest_ns
+        if not oldest:
+            try:
+                oldest = self._queue[0].end_time or 0
+            except IndexError:  # the export thread just took the last one
+                return 0
+        return now_ns - oldest if oldest else 0
+
+    @property
+    def dropped_total(self) -> int:
+        """Spans dropped so far, every reason together."""
+        return sum(self.dropped.values())
 
     @property
     def queued(self) -> int:
@@ -100,6 +145,17 @@ class BatchingSpanProcessor(SpanProcessor):
             self._wake.wait(self._interval)
             self._wake.clear()
             self._drain(deadline=None)
+            self._report_drops()
+
+    def _report_drops(self) -> None:
+        total = self.dropped_total
+        if total == self._drops_seen or self._on_drops is None:
+            return
+        self._drops_seen = total
+        try:
+            self._on_drops(self)
+        except Exception as exc:  # the export thread must outlive its drop reporter
+            self._report(exc)
 
     def _drain(self, deadline: float | None) -> bool:
         """Export everything queued now; False if the deadline passed first."""
@@ -112,6 +168,7 @@ class BatchingSpanProcessor(SpanProcessor):
                     while self._queue and len(batch) < self._max_batch:
                         batch.append(self._queue.popleft())
                     self._in_flight = len(batch)
+                    self._in_flight_oldest_ns = (batch[0].end_time or 0) if batch else 0
                 error: Exception | None = None
                 try:
                     ok = self._export(batch)
@@ -119,6 +176,7 @@ class BatchingSpanProcessor(SpanProcessor):
                     ok, error = False, exc
                 with self._count_lock:
                     self._in_flight = 0
+                    self._in_flight_oldest_ns = 0
                     if not self._abandoned:  # else shutdown gave up on this batch and counted it
                         if ok:
                             self.exported += len(batch)

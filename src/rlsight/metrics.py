@@ -578,6 +578,10 @@ def _builtin_rows() -> list[list[str]]:
          "wasted)."],
         ["`rl.setup.duration`", "histogram", "`s`", "`phase`", "—",
          "Wall time of each startup phase (`setup_span`)."],
+        ["`rl.telemetry.dropped_spans`", "counter", "`{span}`",
+         "`rl.telemetry.sink`, `rl.telemetry.reason`", "—",
+         "Spans an exporter dropped (sink `store` or `otlp`; reason `lag`, `queue_full`, "
+         "`export_failed`, `shutdown_timeout`...); see [reliability](reliability.md)."],
         [f"`{_GEN_AI_CLIENT_DURATION}`", "histogram", "`s`",
          "`gen_ai.request.model`, `gen_ai.operation.name`, `gen_ai.provider.name`", "—",
          "Duration of one inference call as the caller timed it (`record_inference`)."],

@@ -82,6 +82,13 @@ _OTLP_METRIC_INTERVAL_MS: Final = 5000
 #: Drop reasons that mean an exporter did not deliver (``queue_full`` and ``after_shutdown``
 #: are spans that never reached an exporter, counted but not a delivery failure).
 _UNDELIVERED: Final = ("/export_failed", "/shutdown_timeout")
+#: Spans an exporter dropped, by sink and reason (an observable counter, so it reaches the
+#: store and the collector while the run goes, not only in the ShutdownReport).
+DROPPED_SPANS: Final = "rl.telemetry.dropped_spans"
+#: Longest the store writer may fall behind before it drops (and counts) new spans. App
+#: threads start converting their own spans for it at 50 ms behind, which on a busy 2-core
+#: machine keeps it far below this; the bound is for a machine starved of CPU.
+STORE_MAX_LAG_S: Final = 1.0
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -163,6 +170,8 @@ class Telemetry:
         self._otlp_metric_reader: MetricReader | None = None
         self._metric_writer_stop = threading.Event()
         self._metric_errors: list[Exception] = []
+        self._drops_flushed = 0.0
+        self._drops_warned: set[str] = set()
         self._sinks: list[FileSink] = []
         self._starts: BatchingSpanProcessor | None = None
         self._starts_sink: FileSink | ShippingSink | None = None
@@ -374,12 +383,44 @@ class Telemetry:
             self._setup_histogram = self._meter.create_histogram(
                 "rl.setup.duration", unit="s", description="Wall time of each startup phase"
             )
+            self._meter.create_observable_counter(
+                DROPPED_SPANS, callbacks=[self._observe_drops], unit="{span}",
+                description="Spans an exporter dropped, by sink and reason",
+            )
             self._materialized = True
+
+    def _observe_drops(self, options: Any) -> Any:
+        from opentelemetry.metrics import Observation
+
+        return [
+            Observation(n, {"rl.telemetry.sink": p.name, "rl.telemetry.reason": reason})
+            for p in list(self._processors) for reason, n in list(p.dropped.items()) if n
+        ]
+
+    def _on_drops(self, processor: BatchingSpanProcessor) -> None:
+        """Warn once per sink when it starts dropping; get the counts into the store now.
+
+        Runs on the processor's export thread. The counts reach the metrics file within this
+        drain rather than at the next collection, so a SIGKILL loses spans, not their count.
+        """
+        if processor.name not in self._drops_warned:
+            self._drops_warned.add(processor.name)
+            _log.warning(
+                "rlsight: the %s exporter is dropping spans (%s); the run is unaffected. "
+                "Counts go to the %s metric and the ShutdownReport (docs/reliability.md)",
+                processor.name, dict(processor.dropped), DROPPED_SPANS,
+            )
+        reader = self._local_metric_reader
+        now = time.monotonic()
+        if reader is not None and now - self._drops_flushed >= 0.1:
+            self._drops_flushed = now
+            reader.force_flush(timeout_millis=1000)
 
     def _build_local_store(self, tp: TracerProvider, stem: str) -> MetricReader:
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
         from rlsight.store._exporters import LocalMetricExporter, span_writer
+        from rlsight.store._otlp_json import prepare_span
         from rlsight.store._sink import FileSink
 
         run_dir = self.config.run_path
@@ -398,6 +439,7 @@ class Telemetry:
         store = BatchingSpanProcessor(
             span_writer(span_sink, ship_spans), name="store", interval_s=_STORE_INTERVAL_MS / 1000,
             on_error=lambda exc: self.report_internal_error("store-write", exc),
+            max_lag_s=STORE_MAX_LAG_S, on_drops=self._on_drops, prepare=prepare_span,
         )
         self._processors.append(store)
         tp.add_span_processor(store)
@@ -486,7 +528,7 @@ class Telemetry:
             otlp = BatchingSpanProcessor(
                 export, name="otlp", interval_s=_OTLP_SPAN_INTERVAL_MS / 1000,
                 on_error=lambda exc: self.report_internal_error("otlp-export", exc),
-                close=span_exporter.shutdown,
+                close=span_exporter.shutdown, on_drops=self._on_drops,
             )
             self._processors.append(otlp)
             tp.add_span_processor(otlp)

@@ -77,7 +77,8 @@ _CHILD = textwrap.dedent("""
     print(json.dumps({
         "produced_per_s": sum(produced) / elapsed,
         "written_per_s": written / elapsed,
-        "lag_p50_ms": statistics.median(lags), "lag_p99_ms": statistics.quantiles(lags, n=100, method="inclusive")[98],
+        "lag_p50_ms": statistics.median(lags),
+        "lag_p99_ms": statistics.quantiles(lags, n=100, method="inclusive")[98],
         "lag_max_ms": max(lags),
         "span_cost_p50_us": q[49] / 1e3, "span_cost_p99_us": q[98] / 1e3,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,

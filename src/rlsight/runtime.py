@@ -81,7 +81,7 @@ _OTLP_SPAN_INTERVAL_MS: Final = 1000
 _OTLP_METRIC_INTERVAL_MS: Final = 5000
 #: Drop reasons that mean an exporter did not deliver (``queue_full`` and ``after_shutdown``
 #: are spans that never reached an exporter, counted but not a delivery failure).
-_UNDELIVERED: Final = ("/export_failed", "/shutdown_timeout")
+_UNDELIVERED: Final = ("/export_failed", "/shutdown_timeout", "/run_dir_deleted")
 #: Spans an exporter dropped, by sink and reason (an observable counter, so it reaches the
 #: store and the collector while the run goes, not only in the ShutdownReport).
 DROPPED_SPANS: Final = "rl.telemetry.dropped_spans"
@@ -101,8 +101,9 @@ class ShutdownReport:
     holding when the budget ran out counts as dropped even if it lands later. ``timed_out``
     is true when shutdown could not deliver everything: a step did not complete within the
     budget or failed, or an exporter gave up on spans (``*/export_failed``, a collector that
-    is down or refused them, possibly long before shutdown). Spans the local store wrote are
-    on disk whatever happened to the collector.
+    is down or refused them, possibly long before shutdown), or spans written into a run
+    folder that was then deleted were lost (``store/run_dir_deleted``). Spans the local store
+    wrote are on disk whatever happened to the collector.
     """
 
     elapsed_ms: float
@@ -180,6 +181,7 @@ class Telemetry:
         self._prometheus: PrometheusEndpoint | None = None
         self._shipper: StoreShipper | None = None
         self._sink_starter: SinkStarter | None = None
+        self._span_sink: FileSink | None = None
         self.resource_attributes: dict[str, Any] = {}
         #: The last step's goodput (driver only); see :func:`rlsight.last_step_summary`.
         self.last_step_summary: dict[str, float] = {}
@@ -434,6 +436,7 @@ class Telemetry:
             shipper = self._shipper = StoreShipper(str(self.config.run_id), run_dir, stem)
             ship_spans = functools.partial(shipper.offer, "traces")
             ship_metrics = functools.partial(shipper.offer, "metrics")
+        self._span_sink = span_sink
         # Every 50 ms: the store promises an ended span reaches the kernel within 200 ms (a
         # SIGKILLed Ray actor runs no exit hook), and a busy machine can delay this thread.
         store = BatchingSpanProcessor(
@@ -675,6 +678,9 @@ class Telemetry:
                 f"{p.name}/{reason}": n for p in self._processors for reason, n in p.dropped.items() if n
             }
             ok = self._stop_ray_transport(left_ms() / 1000, exported, dropped) and ok
+            if self._span_sink is not None and self._span_sink.lost:
+                # Written, then deleted with the run folder: lost all the same.
+                dropped["store/run_dir_deleted"] = self._span_sink.lost
             undelivered = any(key.endswith(_UNDELIVERED) for key in dropped)
             report = ShutdownReport((time.monotonic() - t0) * 1000, not ok or undelivered,
                                     exported, dropped)

@@ -62,7 +62,7 @@ def span_writer(sink: Sink, ship: Ship | None = None) -> Callable[[Sequence[Read
     def export(batch: Sequence[ReadableSpan]) -> bool:
         if batch:
             line = encode_spans(batch)
-            sink.write(line)
+            sink.write(line, len(batch))
             if ship is not None:
                 ship(line, len(batch))
         return True

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlsight.config import SETTINGS, TelemetryConfig
+from rlsight.config import MAX_SHUTDOWN_TIMEOUT_MS, SETTINGS, TelemetryConfig, run_id_problem
 from rlsight.errors import ConfigError, RlsightWarning
 
 _OTEL_VARS = (
@@ -48,22 +48,23 @@ _attr_value = st.one_of(
     st.lists(st.booleans(), max_size=3), st.lists(_int64, max_size=3),
     st.lists(_finite, max_size=3), st.lists(_env_text, max_size=3),
 )
+_urls = st.from_regex(r"https?://[a-z][a-z0-9.-]{0,20}(:[1-9][0-9]{0,3})?/?", fullmatch=True)
 _configs = st.builds(
     TelemetryConfig,
     enabled=st.booleans(),
-    run_id=_nonblank.filter(lambda s: "/" not in s),
+    run_id=_nonblank.filter(lambda s: run_id_problem(s) is None),
     run_dir=_env_text.map(lambda s: "/runs/" + s.replace("\x00", "")),
     span_groups=st.lists(_group_name, max_size=5).map(tuple),
-    otlp_endpoint=st.none() | _env_text,
+    otlp_endpoint=st.none() | _urls,
     otlp_protocol=st.sampled_from(["http/protobuf", "http/json", "grpc"]),
     local_store=st.booleans(),
     service_name=_env_text.filter(bool),
     resource_attributes=st.dictionaries(_env_text, _attr_value, max_size=4),
     engine_native_tracing=st.booleans(),
-    shutdown_timeout_ms=st.integers(min_value=1, max_value=2**63 - 1),
+    shutdown_timeout_ms=st.integers(min_value=1, max_value=MAX_SHUTDOWN_TIMEOUT_MS),
     algorithm=st.none() | _env_text,
     strict=st.booleans(),
-    otlp_traces_endpoint=st.none() | _env_text,
+    otlp_traces_endpoint=st.none() | _urls,
     otlp_metrics_protocol=st.none() | st.sampled_from(["http/protobuf", "http/json", "grpc"]),
 )
 

@@ -58,14 +58,16 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "Master switch. Off: every helper is a no-op and no file is written."),
     Setting("run_id", "RLSIGHT_RUN_ID", "optional_str", "generated",
             "Identifies the run on every process (`rl.run.id`). Generated as "
-            "`<UTC time>-<6 hex>` when absent; `SLURM_JOB_ID` is used when set."),
+            "`<UTC time>-<6 hex>` when absent; `SLURM_JOB_ID` is used when set (and is a valid "
+            "id). It names a folder: `.`, `..`, `/`, `\\` and control characters are refused."),
     Setting("run_dir", "RLSIGHT_RUN_DIR", "optional_str", "`./rlsight-runs/<run_id>`",
             "Folder of the local store; made absolute at construction so workers with "
             "another working directory write to the same place."),
     Setting("span_groups", "RLSIGHT_SPAN_GROUPS", "groups", "`per_step`",
             "Span groups, presets, namespaces or `all` to emit (comma-separated in the env)."),
     Setting("otlp_endpoint", "RLSIGHT_OTLP_ENDPOINT", "optional_str", "none",
-            "Base URL of an OTLP collector; spans and metrics go there as well as to the store.",
+            "Base URL of an OTLP collector (`http://` or `https://`, with a host); spans and "
+            "metrics go there as well as to the store.",
             ("OTEL_EXPORTER_OTLP_ENDPOINT",)),
     Setting("otlp_protocol", "RLSIGHT_OTLP_PROTOCOL", "protocol", "`http/protobuf`",
             "`http/protobuf`, `http/json` or `grpc` (grpc needs the `rlsight[grpc]` extra). "
@@ -101,7 +103,8 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("engine_native_tracing", "RLSIGHT_ENGINE_NATIVE_TRACING", "bool", "false",
             "Let the inference engine emit its own per-request spans (debugging, very verbose)."),
     Setting("shutdown_timeout_ms", "RLSIGHT_SHUTDOWN_TIMEOUT_MS", "int", "5000",
-            "Budget for `shutdown_telemetry`; it returns within it even if a collector hangs."),
+            "Budget for `shutdown_telemetry`; it returns within it even if a collector hangs. "
+            "At most 3600000 (one hour)."),
     Setting("algorithm", "RLSIGHT_ALGORITHM", "optional_str", "none",
             "The RL algorithm (`grpo`, `ppo`, ...), recorded as `rl.algorithm`."),
     Setting("strict", "RLSIGHT_STRICT", "bool", "false",
@@ -137,10 +140,66 @@ class _Default:
 _UNSET: Final = cast(Any, _Default())
 
 
+def run_id_problem(run_id: str) -> str | None:
+    """Why ``run_id`` cannot name a run folder, or ``None`` if it can.
+
+    The run folder is ``<runs root>/<run_id>``, so an id that is a path step (``.``, ``..``)
+    or holds a separator would put the store outside the root (``SLURM_JOB_ID=../../etc``);
+    one with control characters would reach terminals raw through ``rlsight runs``.
+    """
+    if not run_id.strip():
+        return "must be non-empty"
+    if run_id in (".", "..") or "/" in run_id or "\\" in run_id:
+        return "must not be '.', '..' or contain '/' or '\\' (it names a folder under the runs root)"
+    if not run_id.isprintable():
+        return "must not contain control characters"
+    if len(run_id.encode()) > _MAX_RUN_ID_BYTES:
+        return f"must be at most {_MAX_RUN_ID_BYTES} bytes (it names a folder)"
+    return None
+
+
+_MAX_RUN_ID_BYTES: Final = 200
+#: Largest ``shutdown_timeout_ms``: an hour is already longer than any scheduler grants a
+#: job's exit, and a larger value overflows the thread waits it becomes.
+MAX_SHUTDOWN_TIMEOUT_MS: Final = 3_600_000
+
+
+def endpoint_problem(endpoint: str) -> str | None:
+    """Why ``endpoint`` is not an OTLP base URL, or ``None`` if it is one.
+
+    Both protocols take a URL with scheme and host (``http://localhost:4318``,
+    ``https://otel.example:4317``); without the check, ``localhost:4318`` or ``ftp://...``
+    is accepted and every batch then fails quietly on a background thread.
+    """
+    from urllib.parse import urlsplit
+
+    hint = "expected a URL such as http://localhost:4318 (http/protobuf) or http://localhost:4317 (grpc)"
+    try:
+        parts = urlsplit(endpoint.strip())
+        port = parts.port
+    except ValueError as exc:
+        return f"not a URL ({exc}); {hint}"
+    if parts.scheme not in ("http", "https"):
+        return f"scheme must be http or https; {hint}"
+    if not parts.hostname:
+        return f"no host; {hint}"
+    if port == 0:
+        return f"port 0 is not a collector's port; {hint}"
+    return None
+
+
 def _default_run_id() -> str:
     slurm = os.environ.get("SLURM_JOB_ID")
     if slurm:
-        return slurm
+        problem = run_id_problem(slurm)
+        if problem is None:
+            return slurm
+        warn_once(
+            "slurm-run-id",
+            f"SLURM_JOB_ID={slurm!r} cannot be a run id ({problem}); rlsight generates one "
+            "instead. Set RLSIGHT_RUN_ID to choose it",
+            stacklevel=4,
+        )
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
 
 
@@ -194,9 +253,19 @@ class TelemetryConfig:
                 object.__setattr__(self, s.name, checked)
         if self.run_id is None:
             object.__setattr__(self, "run_id", _default_run_id())
-        elif not self.run_id.strip() or "/" in self.run_id:
+        else:
+            problem = run_id_problem(self.run_id)
+            if problem is not None:
+                raise ConfigError(f"TelemetryConfig.run_id={self.run_id!r}: {problem}")
+        for name in ("otlp_endpoint", "otlp_traces_endpoint", "otlp_metrics_endpoint"):
+            endpoint = getattr(self, name)
+            problem = None if endpoint is None else endpoint_problem(endpoint)
+            if problem is not None:
+                raise ConfigError(f"TelemetryConfig.{name}={endpoint!r}: {problem}")
+        if self.shutdown_timeout_ms > MAX_SHUTDOWN_TIMEOUT_MS:
             raise ConfigError(
-                f"TelemetryConfig.run_id={self.run_id!r}: must be non-empty and contain no '/'"
+                f"TelemetryConfig.shutdown_timeout_ms={self.shutdown_timeout_ms}: at most "
+                f"{MAX_SHUTDOWN_TIMEOUT_MS} (one hour); it bounds how long shutdown may wait"
             )
         run_dir = self.run_dir or os.path.join("rlsight-runs", str(self.run_id))
         object.__setattr__(self, "run_dir", str(Path(run_dir).expanduser().absolute()))

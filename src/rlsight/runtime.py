@@ -1016,7 +1016,15 @@ def _env_int(env: Mapping[str, str], name: str, default: int) -> int:
 
 def _env_devices(env: Mapping[str, str] | None = None) -> int | None:
     env = os.environ if env is None else env
-    return _env_int(env, ENV_DEVICES, 1) if env.get(ENV_DEVICES) else None
+    if not env.get(ENV_DEVICES):
+        return None
+    devices = _env_int(env, ENV_DEVICES, 1)
+    if devices < 1:
+        raise ConfigError(
+            f"{ENV_DEVICES}={env[ENV_DEVICES]!r}: expected a positive integer (the accelerators "
+            "this process drives); unset it for a process without any"
+        )
+    return devices
 
 
 def flush_telemetry(timeout_ms: int | None = None) -> bool:

@@ -122,8 +122,10 @@ def run(args: argparse.Namespace) -> int:
         args.html.write_text(render_html(report), encoding="utf-8")
         print(f"rlsight report: wrote {args.html}", file=sys.stderr)
     if report.summary.skipped:
+        from rlsight.render._format import terminal_safe
+
         print(f"rlsight report: skipped {report.summary.skipped} unreadable record(s); "
-              f"first: {report.summary.skipped_examples[0]}", file=sys.stderr)
+              f"first: {terminal_safe(str(report.summary.skipped_examples[0]))}", file=sys.stderr)
     if args.fail_under is not None and report.summary.goodput_pct < args.fail_under:
         print(f"rlsight report: goodput {report.summary.goodput_pct:.1f}% is below "
               f"--fail-under {args.fail_under:g}%", file=sys.stderr)

@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
     from rich.text import Text
 
-    from rlsight.render._format import count
+    from rlsight.render._format import count, terminal_safe
 
     table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
     for name in ("run", "started (UTC)", "algorithm", "span groups", "files", "size", "path"):
@@ -106,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
         cells = (e.run_id, e.started_at or "-", e.algorithm or "-",
                  ",".join(e.span_groups) if e.span_groups else "-",
                  str(e.trace_files + e.metric_files), f"{count(e.size_bytes / 2**20)} MiB", e.path)
-        table.add_row(*(Text(c) for c in cells))  # Text: a run id is never read as markup
+        # Text: a run id is never read as markup; terminal_safe: nor acted on as a control code
+        table.add_row(*(Text(terminal_safe(c)) for c in cells))
     Console(highlight=False, width=None if sys.stdout.isatty() else 200).print(table)
     return EXIT_OK

@@ -35,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     from rlsight.commands._source import AmbiguousRunError, open_run
     from rlsight.errors import StoreError
+    from rlsight.render._format import terminal_safe
     from rlsight.render.perfetto import write_chrome_trace
     from rlsight.store import read_spans
 
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     counts = write_chrome_trace(spans, output)
     if skipped:
         print(f"rlsight timeline: skipped {len(skipped)} unreadable record(s); "
-              f"first: {skipped[0]}", file=sys.stderr)
+              f"first: {terminal_safe(str(skipped[0]))}", file=sys.stderr)
     print(f"rlsight timeline: wrote {output} ({counts['spans']} spans, {counts['flows']} flows); "
           "open it at https://ui.perfetto.dev", file=sys.stderr)
     return EXIT_OK

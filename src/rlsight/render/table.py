@@ -22,6 +22,7 @@ from rlsight.render._format import (
     startup_line,
     step_digits,
     summary_line,
+    terminal_safe,
     volume_lines,
 )
 
@@ -70,7 +71,7 @@ def render_report(report: RunReport, console: Console) -> None:
     from rich.text import Text
 
     def line(text: str, style: str | None = None) -> None:
-        console.print(Text(text, style=style or ""), soft_wrap=True)
+        console.print(Text(terminal_safe(text), style=style or ""), soft_wrap=True)
 
     line(summary_line(report), "bold")
     line(startup_line(report))
@@ -97,7 +98,7 @@ def render_report(report: RunReport, console: Console) -> None:
                               ("overhead", "right"), ("wasted", "right"), ("idle", "right")):
             fleets.add_column(name, justify=justify)  # type: ignore[arg-type]
         for g in report.fleets.groups:
-            fleets.add_row(f"  {escape(g.worker_group)}", str(g.ranks), str(g.devices), pct(g.utilisation),
+            fleets.add_row(f"  {escape(terminal_safe(g.worker_group))}", str(g.ranks), str(g.devices), pct(g.utilisation),
                            pct(g.productive), pct(g.overhead), pct(g.wasted),
                            pct(g.idle + g.unattributed))
         console.print(fleets)

@@ -28,6 +28,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, Status, StatusCode
 
 from rlsight import runtime as _runtime
+from rlsight._redact import REDACTED, REDACTED_KEYS, is_content, is_content_key, scrub
 from rlsight._resume import attached_agen_function, attached_gen
 from rlsight.buckets import Bucket, _bucket_override, _per_prompt
 from rlsight.errors import warn_once
@@ -55,12 +56,6 @@ __all__ = [
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: Last dotted segments whose values are replaced by ``"<redacted>"``: content, not counts.
-REDACTED_KEYS: Final = frozenset({
-    "prompt", "prompts", "completion", "completions", "token", "tokens", "secret", "secrets",
-    "password", "passwords", "api_key", "api_keys", "authorization", "authorizations",
-})
-_REDACTED: Final = "<redacted>"
 _SCALARS: Final = (str, bool, int, float)
 _INVALID: Final = _trace.INVALID_SPAN
 _PER_PROMPT: Final = RL.PER_PROMPT
@@ -90,21 +85,14 @@ class _NoopSpan:
 _NOOP: Final = _NoopSpan()
 
 
-def _is_content(value: object) -> bool:
-    """Text that may carry user data; numbers (``prompts=8``, ``tokens=512``) are counts."""
-    if isinstance(value, (str, bytes)):
-        return True
-    return isinstance(value, (list, tuple)) and any(isinstance(v, (str, bytes)) for v in value)
-
-
 def _clean_attributes(attributes: Mapping[str, Any], stacklevel: int = 4) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in attributes.items():
         if value is None:
             continue
         full = key if "." in key else "rl." + key
-        if full.rsplit(".", 1)[-1].lower() in REDACTED_KEYS and _is_content(value):
-            out[full] = _REDACTED
+        if is_content_key(full) and is_content(value):
+            out[full] = REDACTED
         elif isinstance(value, _SCALARS):
             out[full] = value
         elif isinstance(value, (list, tuple)) and all(isinstance(v, _SCALARS) for v in value):
@@ -128,6 +116,16 @@ def _scalar_item(value: Any) -> str | bool | int | float | None:
     except (TypeError, ValueError, RuntimeError):
         return None
     return item if isinstance(item, _SCALARS) else None
+
+
+def _scrubbed_exception(exc: BaseException) -> dict[str, str]:
+    """The message and stack trace OTel would record, with secrets scrubbed (``scrub``)."""
+    import traceback
+
+    return {
+        "exception.message": scrub(str(exc)),
+        "exception.stacktrace": scrub("".join(traceback.format_exception(exc))),
+    }
 
 
 def _describe(exc: BaseException) -> str:
@@ -238,8 +236,8 @@ class _LiveSpan:
                 # The exception's own __str__ may raise; that must not replace the user's
                 # exception, and the status below still names its type.
                 with contextlib.suppress(Exception):
-                    span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR, _describe(exc)))
+                    span.record_exception(exc, attributes=_scrubbed_exception(exc))
+                span.set_status(Status(StatusCode.ERROR, scrub(_describe(exc))))
         finally:
             span.end()
         if self._category is not None:

@@ -32,7 +32,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from rlsight.errors import StoreError
-from rlsight.spans import REDACTED_KEYS, span, umbrella_span
+from rlsight._redact import is_content_key
+from rlsight.spans import span, umbrella_span
 from rlsight.store import read_metrics, read_spans
 from rlsight.store._exporters import LocalMetricExporter
 from rlsight.store._otlp_json import encode_spans
@@ -159,7 +160,7 @@ _attr_values = st.one_of(
 
 
 _attr_keys = st.from_regex(r"rl\.[a-z]{1,8}", fullmatch=True).filter(
-    lambda key: key.rsplit(".", 1)[-1] not in REDACTED_KEYS
+    lambda key: not is_content_key(key)
 )
 
 

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rlsight._redact import REDACTED, is_content, is_content_key, scrub
 from rlsight.store._schema import SpanRecord
 
 __all__ = ["chrome_trace", "write_chrome_trace"]
@@ -52,13 +53,21 @@ def _lanes(spans: list[SpanRecord]) -> list[int]:
     return out
 
 
+def _arg(key: str, value: Any) -> Any:
+    # The store may hold what rlsight's helpers never wrote (set_attribute on a yielded span,
+    # another tool's spans): the timeline, a file people share, applies the redaction again.
+    if is_content_key(key) and is_content(value):
+        return REDACTED
+    return list(value) if isinstance(value, tuple) else value
+
+
 def _args(span: SpanRecord) -> dict[str, Any]:
-    args: dict[str, Any] = {k: list(v) if isinstance(v, tuple) else v for k, v in span.attributes.items()}
+    args: dict[str, Any] = {k: _arg(k, v) for k, v in span.attributes.items()}
     args["bucket"] = span.attributes.get("rl.bucket")
     args["span_id"] = span.span_id
     args["trace_id"] = span.trace_id
     if span.status_code == 2:
-        args["error"] = span.status_message or True
+        args["error"] = scrub(span.status_message) or True
     return args
 
 

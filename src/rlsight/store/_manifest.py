@@ -13,6 +13,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from rlsight._redact import REDACTED, is_content, is_content_key, scrub, scrub_argv
+
 if TYPE_CHECKING:
     from rlsight.config import TelemetryConfig
 
@@ -33,7 +35,13 @@ def write_manifest(config: TelemetryConfig, *, started_ns: int) -> Path:
     run_dir = config.run_path
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg = asdict(config)
-    cfg["resource_attributes"] = dict(config.resource_attributes)
+    # The manifest is a plain file anyone with the run folder reads: no secrets in it.
+    cfg["resource_attributes"] = {
+        k: REDACTED if is_content_key(k) and is_content(v) else v
+        for k, v in config.resource_attributes.items()
+    }
+    if config.otlp_endpoint:
+        cfg["otlp_endpoint"] = scrub(config.otlp_endpoint)
     manifest = {
         "store_format": STORE_FORMAT,
         "run_id": config.run_id,
@@ -47,7 +55,7 @@ def write_manifest(config: TelemetryConfig, *, started_ns: int) -> Path:
         } | {"python": platform.python_version()},
         "host": socket.gethostname(),
         "pid": os.getpid(),
-        "argv": list(sys.argv),
+        "argv": scrub_argv(sys.argv),
     }
     path = run_dir / "manifest.json"
     tmp = path.with_suffix(f".tmp{os.getpid()}")

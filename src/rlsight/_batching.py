@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry.sdk.trace import SpanProcessor
 
@@ -50,6 +50,12 @@ class BatchingSpanProcessor(SpanProcessor):
             the costly conversion so one export thread keeps up with many app threads.
             ``export`` then receives a mix of spans and prepared items.
         help_after_s: How far behind the export thread must be before app threads help.
+        size_of: When set, bounds the queue and each batch in bytes as well as in spans:
+            ``size_of(span)`` estimates what a span costs held in memory and sent. A span
+            larger than ``max_batch_bytes`` alone is dropped (``too_large``), so it cannot
+            take the rest of its batch down with it (gRPC refuses messages over 4 MiB).
+        max_queue_bytes: Queue bound in ``size_of`` bytes (``queue_full`` beyond it).
+        max_batch_bytes: Largest batch in ``size_of`` bytes.
     """
 
     def __init__(
@@ -66,6 +72,9 @@ class BatchingSpanProcessor(SpanProcessor):
         on_drops: Callable[[BatchingSpanProcessor], None] | None = None,
         prepare: Callable[[ReadableSpan], Any] | None = None,
         help_after_s: float = 0.05,
+        size_of: Callable[[ReadableSpan], int] | None = None,
+        max_queue_bytes: int = 64 * 2**20,
+        max_batch_bytes: int = 2 * 2**20,
     ) -> None:
         self.name = name
         self._export = export
@@ -78,6 +87,12 @@ class BatchingSpanProcessor(SpanProcessor):
         self._on_drops = on_drops
         self._prepare = prepare
         self._help_after_ns = int(help_after_s * 1e9)
+        self._size_of = size_of
+        self._max_queue_bytes = max_queue_bytes
+        self._max_batch_bytes = max_batch_bytes
+        self._bytes_lock = threading.Lock()
+        #: ``size_of`` bytes queued now (0 without ``size_of``).
+        self.queued_bytes = 0
         self._drops_seen = 0
         #: End time of the oldest span of the batch being exported (0 when none is).
         self._in_flight_oldest_ns = 0
@@ -116,9 +131,23 @@ class BatchingSpanProcessor(SpanProcessor):
             if self._prepare is not None and behind > self._help_after_ns:
                 queue.append(self._prepare(span))
                 return
+        if self._size_of is not None and not self._reserve(self._size_of(span)):
+            return
         queue.append(span)
         if len(self._queue) >= self._max_batch:
             self._wake.set()
+
+    def _reserve(self, size: int) -> bool:
+        """Count ``size`` bytes in, or count the span dropped (``too_large``/``queue_full``)."""
+        if size > self._max_batch_bytes:
+            self.dropped["too_large"] += 1
+            return False
+        with self._bytes_lock:
+            if self.queued_bytes + size > self._max_queue_bytes:
+                self.dropped["queue_full"] += 1
+                return False
+            self.queued_bytes += size
+        return True
 
     def _behind_ns(self, now_ns: int) -> int:
         """How long ago the oldest span not yet exported ended (0 when none is waiting)."""
@@ -165,7 +194,15 @@ class BatchingSpanProcessor(SpanProcessor):
                     return False
                 batch: list[ReadableSpan] = []
                 with self._count_lock:
+                    size_of, room = self._size_of, self._max_batch_bytes
                     while self._queue and len(batch) < self._max_batch:
+                        if size_of is not None:
+                            size = size_of(self._queue[0])
+                            if batch and size > room:
+                                break  # the next batch starts with it
+                            room -= size
+                            with self._bytes_lock:
+                                self.queued_bytes -= size
                         batch.append(self._queue.popleft())
                     self._in_flight = len(batch)
                     self._in_flight_oldest_ns = (batch[0].end_time or 0) if batch else 0
@@ -220,7 +257,26 @@ class BatchingSpanProcessor(SpanProcessor):
             if left:
                 self.dropped["shutdown_timeout"] += left
                 self._queue.clear()
+                with self._bytes_lock:
+                    self.queued_bytes = 0
         return done and not left
+
+
+#: What a queued span costs besides its attribute text: the SDK span object, its context,
+#: its lists and dicts (measured: ~2 KiB held per span against a dead collector).
+_SPAN_OVERHEAD_BYTES: Final = 2048
+
+
+def span_size(span: ReadableSpan) -> int:
+    """Approximate bytes ``span`` holds in a queue and takes in an export request."""
+    size = _SPAN_OVERHEAD_BYTES
+    for value in (span.attributes or {}).values():
+        size += len(value) if isinstance(value, str) else 16
+    for event in span.events:
+        size += 128
+        for value in (event.attributes or {}).values():
+            size += len(value) if isinstance(value, str) else 16
+    return size
 
 
 def _bounded(fn: Callable[[], bool], timeout_s: float) -> bool:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from rlsight import _host
 from rlsight import groups as _groups
-from rlsight._batching import BatchingSpanProcessor, _bounded
+from rlsight._batching import BatchingSpanProcessor, _bounded, span_size
 from rlsight.config import TelemetryConfig
 from rlsight.errors import ConfigError, TelemetryStateError, warn_once
 
@@ -85,6 +85,14 @@ _UNDELIVERED: Final = ("/export_failed", "/shutdown_timeout", "/run_dir_deleted"
 #: Spans an exporter dropped, by sink and reason (an observable counter, so it reaches the
 #: store and the collector while the run goes, not only in the ShutdownReport).
 DROPPED_SPANS: Final = "rl.telemetry.dropped_spans"
+#: Longest attribute text a span keeps (characters); ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`` or
+#: ``OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT`` replace it.
+ATTRIBUTE_MAX_LENGTH: Final = 32_768
+#: The OTLP queue's bound in estimated bytes: a dead collector costs at most this much memory
+#: (the local store keeps every span; ``rlsight export`` sends them later).
+OTLP_MAX_QUEUE_BYTES: Final = 64 * 2**20
+#: Largest OTLP request in estimated bytes, under gRPC's default 4 MiB message limit.
+OTLP_MAX_BATCH_BYTES: Final = 2 * 2**20
 #: Longest the store writer may fall behind before it drops (and counts) new spans. App
 #: threads start converting their own spans for it at 50 ms behind, which on a busy 2-core
 #: machine keeps it far below this; the bound is for a machine starved of CPU.
@@ -352,7 +360,7 @@ class Telemetry:
             self.resource_attributes = self._resource_attributes()
             resource = Resource.create(self.resource_attributes)
             tp = TracerProvider(resource=resource, shutdown_on_exit=False,
-                                id_generator=SeedIndependentIdGenerator())
+                                id_generator=SeedIndependentIdGenerator(), span_limits=_span_limits())
             readers: list[MetricReader] = []
             stem = _SAFE.sub("_", f"{self._identity.worker_group}-{self._identity.rank}-{os.getpid()}")
             if self._driver and self.config.prometheus_port is not None:
@@ -529,7 +537,8 @@ class Telemetry:
                 return bool(span_exporter.export(batch) == SpanExportResult.SUCCESS)
 
             otlp = BatchingSpanProcessor(
-                export, name="otlp", interval_s=_OTLP_SPAN_INTERVAL_MS / 1000,
+                export, name="otlp", interval_s=_OTLP_SPAN_INTERVAL_MS / 1000, size_of=span_size,
+                max_queue_bytes=OTLP_MAX_QUEUE_BYTES, max_batch_bytes=OTLP_MAX_BATCH_BYTES,
                 on_error=lambda exc: self.report_internal_error("otlp-export", exc),
                 close=span_exporter.shutdown, on_drops=self._on_drops,
             )
@@ -788,6 +797,20 @@ def _flush_reader(reader: MetricReader, timeout_ms: int) -> bool:
 def _quiet(fn: Any) -> bool:
     result = fn()
     return result is None or bool(result)
+
+
+def _span_limits() -> Any:
+    """The SDK's limits, with attribute text capped unless the standard variables say otherwise.
+
+    One runaway attribute (a whole prompt, a 5 MB log) would otherwise ride every queue and
+    request; the SDK truncates a longer value to the cap.
+    """
+    from opentelemetry.sdk.trace import SpanLimits
+
+    if os.environ.get("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT") or os.environ.get(
+            "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT"):
+        return SpanLimits()
+    return SpanLimits(max_attribute_length=ATTRIBUTE_MAX_LENGTH)
 
 
 _ACTIVE: Telemetry | None = None

@@ -422,7 +422,7 @@ class Telemetry:
             )
         reader = self._local_metric_reader
         now = time.monotonic()
-        if reader is not None and now - self._drops_flushed >= 0.1:
+        if reader is not None and not self._shut_down and now - self._drops_flushed >= 0.1:
             self._drops_flushed = now
             reader.force_flush(timeout_millis=1000)
 

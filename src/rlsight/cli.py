@@ -19,6 +19,7 @@ _COMMANDS: Final = {
     "timeline": "rlsight.commands.timeline",
     "diff": "rlsight.commands.diff",
     "runs": "rlsight.commands.runs",
+    "export": "rlsight.commands.export",
     "check": "rlsight.commands.check",
     "demo": "rlsight.commands.demo",
 }

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from _ray_support import RayCluster
+from _rotel import Collector, running_collector
 from rlsight import TelemetryConfig
 from rlsight.ray import ray_runtime_env
 from rlsight.testing import Capture, capture_telemetry
@@ -57,3 +58,10 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
         yield RayCluster(config)
     finally:
         ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def collector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Collector]:
+    """A real OTLP collector (rotel) on 127.0.0.1 for the session; skipped without rotel."""
+    with running_collector(tmp_path_factory.mktemp("rotel")) as running:
+        yield running

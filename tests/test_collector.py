@@ -3,73 +3,19 @@
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import time
 import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 import rlsight
+from _rotel import Collector
 from rlsight import RL, TelemetryConfig, span
 from rlsight.store import read_spans
 
-rotel = pytest.importorskip("rotel")
+pytest.importorskip("rotel")
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Collector:
-    http: str
-    grpc: str
-    log: Path
-
-    def wait_for(self, needle: str, timeout_s: float = 15.0) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if needle in self.log.read_text(errors="replace"):
-                return True
-            time.sleep(0.1)
-        return False
-
-
-@pytest.fixture(scope="module")
-def collector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Collector]:
-    agent = Path(rotel.__file__).parent / "rotel-agent"
-    http_port, grpc_port = _free_port(), _free_port()
-    log = tmp_path_factory.mktemp("rotel") / "rotel.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [str(agent), "start", "--otlp-http-endpoint", f"127.0.0.1:{http_port}",
-             "--otlp-grpc-endpoint", f"127.0.0.1:{grpc_port}", "--exporter", "blackhole",
-             "--debug-log", "traces", "--debug-log", "metrics",
-             "--debug-log-verbosity", "detailed"],
-            stdout=out, stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", http_port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            pytest.fail(f"rotel did not listen on {http_port}: {log.read_text()}")
-        yield Collector(f"http://127.0.0.1:{http_port}", f"http://127.0.0.1:{grpc_port}", log)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 import rlsight
+from _rotel import Collector
 from rlsight import RL, TelemetryConfig, span
 from rlsight._batching import BatchingSpanProcessor
 
 pytest.importorskip("rotel")
-from test_collector import Collector, collector  # noqa: F401  (the module's rotel fixture)
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 

@@ -18,7 +18,7 @@ from rlsight.errors import ConfigError, RlsightWarning
 class TestRunIdsStayUnderTheRunsRoot:
     @pytest.mark.parametrize("run_id", ["..", ".", "a/b", "..\\x", "x\x1b[2J", "tab\there", "x" * 201])
     def test_a_run_id_that_is_a_path_step_or_holds_control_characters_is_refused(self, run_id: str):
-        with pytest.raises(ConfigError, match="TelemetryConfig.run_id"):
+        with pytest.raises(ConfigError, match=r"TelemetryConfig\.run_id"):
             TelemetryConfig(run_id=run_id)
 
     @pytest.mark.parametrize("run_id", ["..", "."])

@@ -20,10 +20,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "analysis"))
 from _build import RunBuilder, otlp_request
 
+from _rotel import Collector
 from rlsight.cli import EXIT_OK, EXIT_PROBLEMS, main
 
 pytest.importorskip("rotel")
-from test_collector import Collector, collector  # noqa: F401  (the module's rotel fixture)
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
@@ -133,13 +133,13 @@ class _FlakyProxy:
 
 
 @pytest.fixture
-def flaky(collector: Collector) -> Iterator[_FlakyProxy]:  # noqa: F811
+def flaky(collector: Collector) -> Iterator[_FlakyProxy]:
     with _FlakyProxy(collector.http) as proxy:
         yield proxy
 
 
 def test_an_interrupted_export_resumes_where_it_stopped(
-        collector: Collector, flaky: _FlakyProxy, tmp_path: Path, capsys) -> None:  # noqa: F811
+        collector: Collector, flaky: _FlakyProxy, tmp_path: Path, capsys) -> None:
     """The collector fails after 3 requests: exit 1, then the rerun sends the rest, each span once."""
     tag = uuid.uuid4().hex[:8]
     names = [f"rl.test.resume_{tag}_{i}" for i in range(8)]

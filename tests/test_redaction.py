@@ -95,4 +95,5 @@ def test_scrub(text: str, expected: str) -> None:
 
 
 def test_scrub_argv_keeps_ordinary_flags() -> None:
-    assert scrub_argv(["train.py", "--lr=3e-4", "--steps", "10"]) == ["train.py", "--lr=3e-4", "--steps", "10"]
+    argv = ["train.py", "--lr=3e-4", "--steps", "10"]
+    assert scrub_argv(argv) == argv

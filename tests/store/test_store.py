@@ -31,8 +31,8 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from rlsight.errors import StoreError
 from rlsight._redact import is_content_key
+from rlsight.errors import StoreError
 from rlsight.spans import span, umbrella_span
 from rlsight.store import read_metrics, read_spans
 from rlsight.store._exporters import LocalMetricExporter

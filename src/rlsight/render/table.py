@@ -98,8 +98,8 @@ def render_report(report: RunReport, console: Console) -> None:
                               ("overhead", "right"), ("wasted", "right"), ("idle", "right")):
             fleets.add_column(name, justify=justify)  # type: ignore[arg-type]
         for g in report.fleets.groups:
-            fleets.add_row(f"  {escape(terminal_safe(g.worker_group))}", str(g.ranks), str(g.devices), pct(g.utilisation),
-                           pct(g.productive), pct(g.overhead), pct(g.wasted),
+            fleets.add_row(f"  {escape(terminal_safe(g.worker_group))}", str(g.ranks), str(g.devices),
+                           pct(g.utilisation), pct(g.productive), pct(g.overhead), pct(g.wasted),
                            pct(g.idle + g.unattributed))
         console.print(fleets)
         console.print()

@@ -61,7 +61,7 @@ def _hex_ids_to_base64(node: Any) -> None:
 
 
 def _to_proto(kind: str, request: Any) -> Any:
-    from google.protobuf import json_format
+    from google.protobuf import json_format  # type: ignore[import-untyped]
     from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
         ExportMetricsServiceRequest,
     )
@@ -90,7 +90,7 @@ def _http_sender(endpoint: str) -> Callable[[str, Any], None]:
 
 def _grpc_sender(endpoint: str) -> tuple[Callable[[str, Any], None], Callable[[], None]]:
     try:
-        import grpc
+        import grpc  # type: ignore[import-untyped]
         from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2_grpc import (
             MetricsServiceStub,
         )
@@ -100,7 +100,10 @@ def _grpc_sender(endpoint: str) -> tuple[Callable[[str, Any], None], Callable[[]
     target = endpoint.split("://", 1)[-1].rstrip("/")
     channel = (grpc.secure_channel(target, grpc.ssl_channel_credentials())
                if endpoint.startswith("https://") else grpc.insecure_channel(target))
-    stubs = {"traces": TraceServiceStub(channel), "metrics": MetricsServiceStub(channel)}
+    stubs: dict[str, Any] = {
+        "traces": TraceServiceStub(channel),  # type: ignore[no-untyped-call]
+        "metrics": MetricsServiceStub(channel),  # type: ignore[no-untyped-call]
+    }
 
     def send(kind: str, message: Any) -> None:
         stubs[kind].Export(message, timeout=_TIMEOUT_S)

@@ -8,9 +8,10 @@ as the mapping allows, because a NaN gauge point is how rlsight draws a gap.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -24,11 +25,18 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 def _dumps(request: dict[str, Any]) -> bytes:
     """``request`` as one JSON line; orjson where installed (several times faster)."""
+    return _serializer()(request)
+
+
+@functools.cache
+def _serializer() -> Callable[[dict[str, Any]], bytes]:
+    """Chosen once: a failed import on every write would cost more than the write."""
     try:
         import orjson
     except ImportError:  # the core install writes with the standard library
-        return (json.dumps(request, separators=(",", ":"), allow_nan=False) + "\n").encode()
-    return orjson.dumps(request, option=orjson.OPT_APPEND_NEWLINE)
+        return lambda request: (json.dumps(request, separators=(",", ":"), allow_nan=False)
+                                + "\n").encode()
+    return lambda request: orjson.dumps(request, option=orjson.OPT_APPEND_NEWLINE)
 
 
 def _double(v: float) -> float | str:

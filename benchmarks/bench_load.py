@@ -5,7 +5,8 @@ Two measurements, each in one run so the numbers compare side by side (issue #11
 1. **Writer vs app.** Four threads emit spans as fast as they can into the local store. The
    table gives the rate the app produced, the rate the writer put on disk, their ratio (1.0:
    it kept up), the writer's lag (how long ago the oldest unwritten span ended, sampled every
-   10 ms) and drops by reason. Target: ratio >= 0.99 with no drops, lag p99 < 200 ms.
+   10 ms) and drops by reason. Target: ratio 1.0 with no drops, lag p99 < 200 ms on an idle
+   2-core machine (on a shared one the lag grows with the load average; the 1 s bound holds).
 2. **Stalled collector.** The same four threads for 30 s (5 s with ``--quick``), the OTLP
    exporter pointed at a server on 127.0.0.1 that accepts connections and never answers:
    app-thread cost per span (p50/p99, every 16th span timed), peak RSS of the process, writer
@@ -70,7 +71,8 @@ _CHILD = textwrap.dedent("""
     for t in threads:
         t.join()
     elapsed = time.monotonic() - t0
-    written = store.exported + store.queued  # what is queued now is written within 50 ms
+    # Taken or queued by the writer: it writes what it holds within its next 50 ms cycle.
+    written = store.exported + store.queued + store._in_flight
     report = telemetry.shutdown()
     all_costs = sorted(c for part in costs for c in part)
     q = statistics.quantiles(all_costs, n=100, method="inclusive")

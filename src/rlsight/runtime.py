@@ -94,8 +94,8 @@ OTLP_MAX_QUEUE_BYTES: Final = 64 * 2**20
 #: Largest OTLP request in estimated bytes, under gRPC's default 4 MiB message limit.
 OTLP_MAX_BATCH_BYTES: Final = 2 * 2**20
 #: Longest the store writer may fall behind before it drops (and counts) new spans. App
-#: threads start converting their own spans for it at 50 ms behind, which on a busy 2-core
-#: machine keeps it far below this; the bound is for a machine starved of CPU.
+#: threads start converting their own spans for it at 50 ms behind, which keeps it within the
+#: 200 ms promise unless the machine starves the process of CPU; this bounds that case.
 STORE_MAX_LAG_S: Final = 1.0
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 

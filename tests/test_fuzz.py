@@ -29,7 +29,7 @@ _env = st.dictionaries(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(env=_env)
 def test_any_environment_gives_a_config_or_a_config_error(env: dict[str, str]) -> None:
     with warnings.catch_warnings():
@@ -48,7 +48,7 @@ _json_value = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(mapping=st.dictionaries(st.sampled_from([s.name for s in SETTINGS]) | _env_text, _json_value,
                                max_size=6))
 def test_any_yaml_section_gives_a_config_or_a_config_error(mapping: dict[str, object]) -> None:
@@ -79,7 +79,7 @@ _exposition = st.lists(
 ).map("\n".join)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(first=_exposition, second=_exposition)
 def test_any_engine_exposition_gives_deltas_or_an_empty_read(first: str, second: str) -> None:
     """Whatever a /metrics endpoint returns, reading it never raises into the training step."""

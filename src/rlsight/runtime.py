@@ -179,7 +179,6 @@ class Telemetry:
         self._otlp_metric_reader: MetricReader | None = None
         self._metric_writer_stop = threading.Event()
         self._metric_errors: list[Exception] = []
-        self._drops_flushed = 0.0
         self._drops_warned: set[str] = set()
         self._sinks: list[FileSink] = []
         self._starts: BatchingSpanProcessor | None = None
@@ -408,10 +407,10 @@ class Telemetry:
         ]
 
     def _on_drops(self, processor: BatchingSpanProcessor) -> None:
-        """Warn once per sink when it starts dropping; get the counts into the store now.
+        """Warn once per sink when it starts dropping (runs on the processor's export thread).
 
-        Runs on the processor's export thread. The counts reach the metrics file within this
-        drain rather than at the next collection, so a SIGKILL loses spans, not their count.
+        The counts themselves reach the store with the next metric write (every 50 ms) and a
+        collector with its next export, through the ``rl.telemetry.dropped_spans`` counter.
         """
         if processor.name not in self._drops_warned:
             self._drops_warned.add(processor.name)
@@ -420,11 +419,6 @@ class Telemetry:
                 "Counts go to the %s metric and the ShutdownReport (docs/reliability.md)",
                 processor.name, dict(processor.dropped), DROPPED_SPANS,
             )
-        reader = self._local_metric_reader
-        now = time.monotonic()
-        if reader is not None and not self._shut_down and now - self._drops_flushed >= 0.1:
-            self._drops_flushed = now
-            reader.force_flush(timeout_millis=1000)
 
     def _build_local_store(self, tp: TracerProvider, stem: str) -> MetricReader:
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader

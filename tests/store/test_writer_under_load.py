@@ -15,6 +15,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from rlsight._batching import BatchingSpanProcessor
 from rlsight.runtime import DROPPED_SPANS, STORE_MAX_LAG_S
@@ -149,8 +150,11 @@ def test_dropped_spans_are_an_observable_metric_in_the_store(tmp_path: Path) -> 
     try:
         store = next(p for p in telemetry._processors if p.name == "store")
         store.dropped["lag"] += 7
-        store._report_drops()
-        points = [p for p in read_metrics(tmp_path / "run").points if p.name == DROPPED_SPANS]
+        deadline = time.monotonic() + 5
+        points: list[Any] = []
+        while not points and time.monotonic() < deadline:  # the next 50 ms metric write
+            time.sleep(0.02)
+            points = [p for p in read_metrics(tmp_path / "run").points if p.name == DROPPED_SPANS]
         assert [(p.attributes["rl.telemetry.sink"], p.attributes["rl.telemetry.reason"], p.value)
                 for p in points] == [("store", "lag", 7)]
     finally:

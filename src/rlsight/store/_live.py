@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from rlsight.groups import RL
-from rlsight.store._reader import _lines, _store_files
+from rlsight.store._lines import PARSE_ERRORS, int64, json_lines
+from rlsight.store._reader import _store_files
 from rlsight.store._schema import AttributeValue, SkippedRecord
 
 __all__ = [
@@ -127,13 +128,13 @@ def read_live(run_dir: Path | str) -> LiveReadResult:
     result = LiveReadResult()
     for path in _store_files(Path(run_dir), LIVE_FOLDER):
         current: LiveProcess | None = None
-        for lineno, record in _lines(path, result.skipped):
+        for lineno, record in json_lines(path, result.skipped):
             try:
                 kind = record["record"]
                 if kind == "process":
                     resource = dict(record["resource"])
                     current = LiveProcess(_process_key(resource), resource,
-                                          int(record["timeUnixNano"]), file=str(path))
+                                          int64(record["timeUnixNano"]), file=str(path))
                     result.processes[current.process] = current
                 elif current is None:
                     raise ValueError("record before the file's process line")
@@ -144,14 +145,14 @@ def read_live(run_dir: Path | str) -> LiveReadResult:
                         span_id=str(record["spanId"]),
                         parent_span_id=record.get("parentSpanId") or None,
                         name=str(record["name"]), group=record.get("group"),
-                        start_ns=int(record["startTimeUnixNano"]),
-                        thread_id=int(record.get("threadId") or 0),
-                        step=step if isinstance(step, int) else None,
+                        start_ns=int64(record["startTimeUnixNano"]),
+                        thread_id=int64(record.get("threadId") or 0),
+                        step=int64(step) if isinstance(step, int) else None,
                     ))
                 elif kind == "shutdown":
-                    current.shutdown_ns = int(record["timeUnixNano"])
+                    current.shutdown_ns = int64(record["timeUnixNano"])
                 else:
                     raise ValueError(f"unknown record kind {kind!r}")
-            except (KeyError, TypeError, ValueError) as exc:
+            except PARSE_ERRORS as exc:
                 result.skipped.append(SkippedRecord(str(path), lineno, f"not a start record ({exc!r})"))
     return result

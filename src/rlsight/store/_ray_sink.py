@@ -358,8 +358,8 @@ class ShippingSink:
         self._shipper = shipper
         self._kind = kind
 
-    def write(self, data: bytes) -> None:
-        self._sink.write(data)
+    def write(self, data: bytes, records: int = 1) -> None:
+        self._sink.write(data, records)
         self._shipper.offer(self._kind, data, 0)
 
     def close(self) -> None:

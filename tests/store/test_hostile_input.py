@@ -165,3 +165,15 @@ def test_fuzzed_store_files_never_raise_and_account_for_every_line(
     assert len(cols) == len(spans.spans)
     nonblank = sum(1 for line in lines if line.strip())
     assert len(spans.skipped) <= nonblank and len(metrics.skipped) <= nonblank
+
+
+def test_collector_files_skip_a_hostile_line_too(tmp_path: Path) -> None:
+    """Splitting a Collector's output reads through the same bounded reader."""
+    from rlsight.store._collector import split_collector_files
+
+    folder = tmp_path / "otel"
+    folder.mkdir()
+    path = folder / "telemetry.json"
+    path.write_text("\n".join([_GOOD, _DEEP, _GOOD]) + "\n")
+    split = split_collector_files(folder, tmp_path / "split")
+    assert [(s.path, s.line) for s in split.skipped] == [(str(path), 2)]

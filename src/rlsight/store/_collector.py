@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from rlsight.errors import StoreError
+from rlsight.store._lines import PARSE_ERRORS, json_lines
 from rlsight.store._schema import SkippedRecord
 
 __all__ = [
@@ -199,15 +200,10 @@ def split_collector_files(source: Path | str, into: Path | str) -> CollectorSpli
     skipped: list[SkippedRecord] = []
     try:
         for path in files:
-            try:
-                handle = path.open("rb")
-            except OSError as exc:
-                skipped.append(SkippedRecord(str(path), 0, f"cannot open: {exc.strerror}"))
-                continue
-            with handle:
-                for lineno, raw in enumerate(handle, 1):
-                    if raw.strip():
-                        _split_line(splitter, path, lineno, raw, skipped)
+            # The shared bounded reader: a runaway line or nesting too deep is skipped with
+            # file:line like any other bad record.
+            for lineno, request in json_lines(path, skipped):
+                _split_request(splitter, path, lineno, request, skipped)
     finally:
         writer.close()
     runs = {
@@ -218,14 +214,8 @@ def split_collector_files(source: Path | str, into: Path | str) -> CollectorSpli
                           skipped)
 
 
-def _split_line(splitter: _Splitter, path: Path, lineno: int, raw: bytes,
-                skipped: list[SkippedRecord]) -> None:
-    try:
-        request = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        what = "truncated line" if not raw.endswith(b"\n") else "not JSON"
-        skipped.append(SkippedRecord(str(path), lineno, f"{what} ({exc})"))
-        return
+def _split_request(splitter: _Splitter, path: Path, lineno: int, request: Any,
+                   skipped: list[SkippedRecord]) -> None:
     try:
         if isinstance(request, dict) and "resourceSpans" in request:
             splitter.traces(request)
@@ -233,5 +223,5 @@ def _split_line(splitter: _Splitter, path: Path, lineno: int, raw: bytes,
             splitter.metrics(request)
         elif not (isinstance(request, dict) and "resourceLogs" in request):
             skipped.append(SkippedRecord(str(path), lineno, "not an OTLP traces, metrics or logs request"))
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except PARSE_ERRORS as exc:
         skipped.append(SkippedRecord(str(path), lineno, f"not an OTLP request ({exc!r})"))

@@ -124,3 +124,28 @@ def test_two_ranks_say_which_is_slower_and_by_how_much(run: RunBuilder):
     assert (pair.slower_rank, pair.faster_rank, pair.slower_steps) == (1, 0, 2)
     assert pair.median_gap_ns == pytest.approx(0.8 * SEC)
     assert pair.median_gap_pct == pytest.approx(100 * 0.8 / 4.1)
+
+
+def test_a_two_rank_gap_is_never_negative_and_jitter_stays_off_the_terminal(run: RunBuilder):
+    """Rank 0 has the larger median but loses most paired steps: rank 1 is the slower one."""
+    import io
+
+    from rich.console import Console
+
+    from rlsight.render.table import render_report
+
+    d = run.process()
+    ranks = [run.process("policy", 0), run.process("policy", 1)]
+    for step, times in enumerate([(1.00, 1.01), (1.00, 1.01), (1.50, 1.01), (1.60, 1.02),
+                                  (1.00, 1.01)], start=1):
+        s = d.step(step, 10 * step, 10 * step + 9)
+        for proc, dur in zip(ranks, times, strict=True):
+            proc.span("rl.train.policy", 10 * step, 10 * step + dur, parent=s, bucket="productive")
+    report = analyze(run)
+    (pair,) = report.stragglers.pairs
+    assert pair.slower_rank == 1 and pair.median_gap_ns >= 0
+    out = io.StringIO()
+    render_report(report, Console(file=out, width=200, highlight=False))
+    text = out.getvalue()
+    assert "rank 1 slower" not in text
+    assert "1 span name(s) compared between two ranks; none slower by 5% or more" in text

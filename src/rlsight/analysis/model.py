@@ -305,12 +305,12 @@ class RankPair:
     steps: int
     """Steps where both ranks ran the span with equal workloads."""
     slower_rank: int
-    """The rank with the larger median time."""
+    """The rank whose time exceeds its peer's in the median step-by-step comparison."""
     faster_rank: int
     slower_steps: int
     """Steps in which ``slower_rank`` took longer."""
     median_gap_ns: float
-    """Median over steps of (slower rank's time - faster rank's time); may be negative in some steps."""
+    """Median over steps of (slower rank's time - faster rank's time); >= 0 (single steps may differ)."""
     median_gap_pct: float
     """That gap as a percentage of the faster rank's median time."""
 

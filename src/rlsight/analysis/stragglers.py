@@ -156,7 +156,9 @@ def _pairs(
     for (g, n, low, high), times in sorted(by_key.items()):
         a = np.asarray([t[0] for t in times], dtype=np.float64)
         b = np.asarray([t[1] for t in times], dtype=np.float64)
-        if np.median(b) > np.median(a):
+        # The slower rank is the one the paired (same-step) differences favour, so the gap
+        # reported with it is never negative.
+        if np.median(b - a) > 0:
             slow, fast, slower, faster = b, a, high, low
         else:
             slow, fast, slower, faster = a, b, low, high

@@ -33,6 +33,9 @@ __all__ = ["MAX_FINDINGS", "render_report"]
 
 #: Most straggler lines the terminal report prints (the JSON has all of them).
 MAX_FINDINGS: Final = 5
+#: A two-rank gap smaller than this share of the faster rank's time is not printed: it is the
+#: same 5% noise floor the straggler rule puts under its MAD.
+PAIR_MATERIAL_PCT: Final = 5.0
 _COLUMNS: Final = ("productive", "overhead", "idle", "wasted", "unattributed", "wall")
 
 
@@ -124,11 +127,18 @@ def render_report(report: RunReport, console: Console) -> None:
         insufficient = sum(i.steps for i in s.insufficient)
         line(f"stragglers   none in {s.checks} comparison(s)"
              + (f"; {insufficient} with insufficient evidence" if insufficient else ""))
-    for i, pair in enumerate(s.pairs[:MAX_FINDINGS]):
+    # Two-rank gaps below the straggler noise floor are jitter: the JSON keeps them all, the
+    # terminal names only the ones that could matter.
+    material = sorted((p for p in s.pairs if p.median_gap_pct >= PAIR_MATERIAL_PCT),
+                      key=lambda p: -p.median_gap_pct)
+    for i, pair in enumerate(material[:MAX_FINDINGS]):
         line(("two ranks    " if i == 0 else "             ")
              + f"{pair.worker_group} {pair.name}: rank {pair.slower_rank} slower in "
              f"{pair.slower_steps}/{pair.steps} step(s), by {short_time(pair.median_gap_ns)} median "
-             f"({pair.median_gap_pct:+.1f}%); a straggler verdict needs 3 ranks")
+             f"(+{pair.median_gap_pct:.1f}%); a straggler verdict needs 3 ranks")
+    if s.pairs and not material:
+        line(f"two ranks    {len(s.pairs)} span name(s) compared between two ranks; none slower "
+             f"by {PAIR_MATERIAL_PCT:.0f}% or more")
     vol = volume_lines(report)
     for i, text in enumerate(vol):
         line(("volume       " if i == 0 else "             ") + text,

@@ -35,8 +35,9 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import MetricReader
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-    from opentelemetry.trace import Tracer
+    from opentelemetry.trace import Span, Tracer
 
+    from rlsight._lean import LeanStarter
     from rlsight._prometheus import PrometheusEndpoint
     from rlsight.store._ray_sink import ShippingSink, SinkStarter, StoreShipper
     from rlsight.store._sink import FileSink
@@ -172,6 +173,7 @@ class Telemetry:
         self._tracer_provider: TracerProvider | None = None
         self._meter_provider: MeterProvider | None = None
         self._tracer: Tracer | None = None
+        self._lean: LeanStarter | None = None
         self._meter: Meter | None = None
         self._setup_histogram: Histogram | None = None
         self._processors: list[BatchingSpanProcessor] = []
@@ -265,6 +267,20 @@ class Telemetry:
             tracer = self._tracer
             assert tracer is not None
         return tracer
+
+    def start_span(self, name: str, attributes: dict[str, Any], start_time: int | None) -> Span:
+        """Start one of rlsight's own spans (cleaned attributes) in the current context.
+
+        The same SDK span the tracer would start, through :mod:`rlsight._lean` when it can
+        (about half the cost); foreign spans never come here.
+        """
+        tracer = self.tracer
+        lean = self._lean
+        if lean is not None:
+            span = lean.start(name, attributes, start_time)
+            if span is not None:
+                return span
+        return tracer.start_span(name, attributes=attributes, start_time=start_time)
 
     @property
     def meter(self) -> Meter:
@@ -388,6 +404,10 @@ class Telemetry:
                 self._start_metric_writer(self._local_metric_reader)
             self._tracer_provider, self._meter_provider = tp, mp
             self._tracer = tp.get_tracer(_SCOPE, __version__)
+            from rlsight._lean import LeanStarter
+
+            lean = LeanStarter(self._tracer)
+            self._lean = lean if lean.usable else None
             self._meter = mp.get_meter(_SCOPE, __version__)
             self._setup_histogram = self._meter.create_histogram(
                 "rl.setup.duration", unit="s", description="Wall time of each startup phase"

@@ -1,0 +1,137 @@
+"""The lean start of rlsight's own spans (rlsight._lean) writes exactly what the SDK path writes.
+
+The same program runs twice through the real runtime and the real local store, once with the
+lean starter and once through ``tracer.start_span``; with the ids and the clock made
+deterministic, every stored span line of both runs must be byte-for-byte the same, foreign
+spans (the user's own tracer) included.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk import trace as sdk_trace
+from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+import rlsight
+from rlsight import RL, TelemetryConfig
+from rlsight._lean import LeanStarter
+from rlsight.propagation import attach_trace_carrier
+from rlsight.spans import record_span, span, step_span, umbrella_span
+
+
+class _CountingIds(IdGenerator):
+    """Ids from a counter: both runs draw the same sequence."""
+
+    def __init__(self) -> None:
+        self._next = itertools.count(1)
+
+    def generate_span_id(self) -> int:
+        return 0x1000 + next(self._next)
+
+    def generate_trace_id(self) -> int:
+        return 0xABC000 + next(self._next)
+
+
+def _program(user: trace.Tracer) -> None:
+    """Spans of every shape the helpers make: nested, attributes, events, errors, parents."""
+    with step_span(1):
+        with umbrella_span(RL.ROLLOUT, "rl.rollout"):
+            with span(RL.GENERATION, "rl.rollout.generate", batch_size=8, model="m", ratio=0.5,
+                      greedy=True, lengths=[1, 2], prompt="secret words") as s:
+                s.set_attribute("rl.extra", 3)
+                s.add_event("chunk", {"tokens": 4})
+                with user.start_as_current_span("user.inner", attributes={"k": "v"}):
+                    with span(RL.REWARD, "rl.reward.compute"):
+                        pass
+            with pytest.raises(ValueError), span(RL.REWARD, "rl.reward.compute"):
+                raise ValueError("bad reward")
+        record_span(RL.TRAINING, "rl.train.step", 1.0, 2.5, loss=0.25)
+    # A parent from another process (a carrier), sampled: the span joins its trace.
+    with attach_trace_carrier({"traceparent": f"00-{0xFEED:032x}-{0xBEEF:016x}-01",
+                               "tracestate": "vendor=1"}):
+        with span(RL.GENERATION, "rl.remote.child"):
+            pass
+    # A parent that was not sampled: neither path records the span.
+    unsampled = NonRecordingSpan(SpanContext(0xFEED, 0xBEEF, is_remote=True,
+                                             trace_flags=TraceFlags(TraceFlags.DEFAULT)))
+    with trace.use_span(unsampled), span(RL.GENERATION, "rl.never.recorded") as dropped:
+        assert not dropped.is_recording()
+
+
+def _stored_spans(run_dir: Path) -> list[str]:
+    """Each stored span as the exact JSON it was written, with its resource and scope."""
+    out = []
+    for path in sorted((run_dir / "traces").glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            for rs in json.loads(line)["resourceSpans"]:
+                resource = json.dumps(rs["resource"], separators=(",", ":"))
+                for ss in rs["scopeSpans"]:
+                    scope = json.dumps(ss["scope"], separators=(",", ":"))
+                    out += [resource + scope + json.dumps(sp, separators=(",", ":"))
+                            for sp in ss["spans"]]
+    return sorted(out)
+
+
+def _run(run_dir: Path, lean: bool, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    clock = itertools.count(1_700_000_000_000_000_000, 1_000)
+    monkeypatch.setattr(sdk_trace, "time_ns", lambda: next(clock))
+    tel = rlsight.setup_telemetry(TelemetryConfig(run_dir=str(run_dir), run_id="lean-test",
+                                                  span_groups=["all"], strict=True))
+    try:
+        ids = _CountingIds()
+        provider = tel._tracer_provider
+        assert provider is not None
+        provider.id_generator = ids
+        tracer = tel.tracer
+        tracer.id_generator = ids  # type: ignore[attr-defined]
+        starter = LeanStarter(tracer)
+        assert starter.usable, "the lean path must be on for rlsight's own provider"
+        tel._lean = starter if lean else None
+        _program(provider.get_tracer("user.code"))
+    finally:
+        rlsight.shutdown_telemetry()
+    return _stored_spans(run_dir)
+
+
+def test_lean_and_sdk_paths_store_the_same_lines(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    lean = _run(tmp_path / "lean", True, monkeypatch)
+    sdk = _run(tmp_path / "sdk", False, monkeypatch)
+    names = sorted(json.loads(line[line.index('{"traceId"'):])["name"] for line in sdk)
+    assert names == sorted(["rl.step", "rl.rollout", "rl.rollout.generate", "user.inner",
+                            "rl.reward.compute", "rl.reward.compute", "rl.train.step",
+                            "rl.remote.child"])
+    assert lean == sdk
+
+
+@pytest.fixture
+def sdk_span_fields() -> Iterator[set[str]]:
+    """The fields the SDK's own tracer sets on a span."""
+    provider = sdk_trace.TracerProvider(shutdown_on_exit=False)
+    s = provider.get_tracer("t").start_span("x", attributes={"a": 1})
+    yield set(vars(s))
+    s.end()
+
+
+def test_lean_span_has_every_field_the_sdk_sets(sdk_span_fields: set[str]) -> None:
+    provider = sdk_trace.TracerProvider(shutdown_on_exit=False)
+    starter = LeanStarter(provider.get_tracer("t"))
+    assert starter.usable
+    s = starter.start("x", {"a": 1}, None)
+    assert s is not None
+    assert set(vars(s)) == sdk_span_fields
+    s.end()
+
+
+def test_lean_path_steps_aside_for_a_non_default_sampler() -> None:
+    from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
+
+    provider = sdk_trace.TracerProvider(sampler=TraceIdRatioBased(0.5), shutdown_on_exit=False)
+    assert not LeanStarter(provider.get_tracer("t")).usable

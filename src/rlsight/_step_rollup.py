@@ -24,6 +24,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.trace import StatusCode
 
 from rlsight._instruments import InstrumentCache
+from rlsight._readable import span_attributes
 from rlsight.step_summary import (
     BUCKET_ATTRIBUTE,
     CONTRIBUTOR_ATTRIBUTE,
@@ -51,21 +52,6 @@ _INSTRUMENTS: Final = InstrumentCache()
 #: OTLP status code of each OTel status (a dict lookup; ``StatusCode.value`` is an enum
 #: property, several times slower, and this runs for every span of the step).
 _STATUS: Final = {code: code.value for code in StatusCode}
-
-
-def _attributes(span: ReadableSpan) -> Mapping[str, Any]:
-    """The span's attributes as the plain dict the SDK keeps them in, read without copying.
-
-    ``ReadableSpan.attributes`` wraps them in a new read-only proxy on every access, and a
-    ``get`` through the proxy and ``BoundedAttributes`` costs about ten times a dict's; the
-    roll-up reads seven attributes of every span of the step. Falls back to the public
-    property if a future SDK stores them differently.
-    """
-    attrs = getattr(span, "_attributes", None)
-    if attrs is None:
-        return span.attributes or {}
-    inner = getattr(attrs, "_dict", None)
-    return inner if isinstance(inner, dict) else attrs
 
 
 #: An ended span as the processor keeps it: span id, thread id, the span.
@@ -103,7 +89,7 @@ class StepRollupProcessor(SpanProcessor):
             self._open.pop(sid, None)
             is_step = self._open_steps.pop(sid, None) is not None
             if is_step or self._open_steps:
-                self._ended.append((sid, _attributes(span).get(_THREAD), span))
+                self._ended.append((sid, span_attributes(span).get(_THREAD), span))
             if not is_step:
                 return
             chosen = self._step_spans(sid, span)
@@ -116,7 +102,7 @@ class StepRollupProcessor(SpanProcessor):
 
     def _step_spans(self, step_id: int, step: ReadableSpan) -> dict[int, ReadableSpan]:
         """The step's timeline inside its window, plus the ancestors of all of them, by id."""
-        thread = _attributes(step).get(_THREAD)
+        thread = span_attributes(step).get(_THREAD)
         lo, hi = step.start_time or 0, step.end_time or 0
         chosen: dict[int, ReadableSpan] = {}
         by_id: dict[int, ReadableSpan] = {}
@@ -128,7 +114,7 @@ class StepRollupProcessor(SpanProcessor):
         # Spans still open on the step's thread that began inside its window (async tasks
         # that outlive the step) cover the rest of the window, as the report will see.
         for sid, s in self._open.items():
-            if (s.start_time or 0) < hi and _attributes(s).get(_THREAD) == thread:
+            if (s.start_time or 0) < hi and span_attributes(s).get(_THREAD) == thread:
                 chosen[sid] = s
         stack = list(chosen.values())
         while stack:
@@ -157,7 +143,7 @@ class StepRollupProcessor(SpanProcessor):
             rows.append((
                 trace if span_trace == step.context.trace_id else format(span_trace, "032x"),
                 format(sid, "016x"), format(parent.span_id, "016x") if parent is not None else "",
-                s.name, start, end, _STATUS.get(s.status.status_code, 0), 0, _attributes(s),
+                s.name, start, end, _STATUS.get(s.status.status_code, 0), 0, span_attributes(s),
             ))
         runtime = self._runtime
         cols = span_columns_from_rows(rows, [runtime.resource_attributes])

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry.sdk.trace import SpanProcessor
 
+from rlsight._readable import span_attributes
 from rlsight.groups import _GATE
 from rlsight.store._live import LIVE_GROUPS, NEVER_LIVE
 
@@ -26,9 +27,7 @@ __all__ = ["StartRecordProcessor", "start_writer"]
 
 
 def _is_live(span: Span) -> bool:
-    attrs = span.attributes
-    if attrs is None:
-        return False
+    attrs = span_attributes(span)  # every span starts here: no read-only proxy per span
     group = attrs.get("rl.span_group")
     if group in LIVE_GROUPS:
         return True

@@ -121,6 +121,33 @@ class TestTimeline:
     def test_output_into_a_folder_is_a_usage_error(self, run_dir, tmp_path):
         assert main(["timeline", str(run_dir), "-o", str(tmp_path)]) == EXIT_USAGE
 
+    @staticmethod
+    def _slices(out: Path) -> list[str]:
+        return sorted(e["name"] for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "X")
+
+    def test_steps_keeps_the_spans_that_overlap_those_steps(self, run_dir, tmp_path):
+        out = tmp_path / "trace.json"
+        assert main(["timeline", str(run_dir), "-o", str(out), "--steps", "2"]) == EXIT_OK
+        # Step 2 is [10 s, 20 s]: the job around it, the step and its training; not step 1's
+        # spans nor the policy's span at [1 s, 4 s].
+        assert self._slices(out) == ["rl.job", "rl.step", "train"]
+        assert main(["timeline", str(run_dir), "-o", str(out), "--steps", ":1"]) == EXIT_OK
+        assert self._slices(out) == ["rl.job", "rl.step", "rl.train.policy", "train"]
+
+    def test_steps_without_such_a_step_is_a_usage_error(self, run_dir, tmp_path, capsys):
+        out = tmp_path / "trace.json"
+        assert main(["timeline", str(run_dir), "-o", str(out), "--steps", "5:9"]) == EXIT_USAGE
+        assert "--steps 5:9" in capsys.readouterr().err
+        assert not out.exists()
+
+    def test_max_spans_writes_the_earliest_and_says_so(self, run_dir, tmp_path, capsys):
+        out = tmp_path / "trace.json"
+        assert main(["timeline", str(run_dir), "-o", str(out), "--max-spans", "2"]) == EXIT_OK
+        # Earliest starts: the job and step 1 at 0 s (train also starts at 0 s, one of them).
+        names = self._slices(out)
+        assert len(names) == 2 and "rl.job" in names
+        assert "--steps" in capsys.readouterr().err
+
 
 class TestRuns:
     def test_lists_runs_oldest_first_as_json(self, tmp_path, capsys):

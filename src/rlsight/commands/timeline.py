@@ -2,21 +2,28 @@
 
 Open the file at https://ui.perfetto.dev (or chrome://tracing): one process track per worker
 group and rank, one thread track per timeline, an arrow from each span to its children in
-other processes, and each slice's bucket and attributes in its args. Exit codes: 0 written;
-2 usage error (OUTPUT is a folder, or Collector files holding several runs and no
-``--run-id``); 3 RUN_DIR missing or holding no spans.
+other processes, and each slice's bucket and attributes in its args. ``--steps A:B`` keeps
+the spans that overlap those steps and ``--max-spans`` caps what is written (the earliest
+spans), so a large run still opens in Perfetto. Exit codes: 0 written; 2 usage error (OUTPUT
+is a folder, Collector files holding several runs and no ``--run-id``, no step in
+``--steps``); 3 RUN_DIR missing or holding no spans.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Final
 
 from rlsight.cli import EXIT_INPUT, EXIT_OK, EXIT_USAGE
 from rlsight.commands._extras import missing_extra
 
-__all__ = ["add_arguments", "run"]
+if TYPE_CHECKING:
+    from rlsight.store import SpanRecord
+
+__all__ = ["MAX_SPANS", "add_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +34,55 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the run to read from Collector files that hold several runs")
     parser.add_argument("-o", "--output", metavar="FILE", type=Path, default=Path("trace.json"),
                         help="where to write the trace (default ./trace.json)")
+    parser.add_argument("--steps", metavar="A:B", type=_step_range,
+                        help="only the spans that overlap steps A to B (inclusive; 'A:' from A "
+                             "on, ':B' up to B, 'N' one step)")
+    parser.add_argument("--max-spans", metavar="N", type=_positive, default=MAX_SPANS,
+                        help=f"write at most N spans, the earliest (default {MAX_SPANS:,}: "
+                             "Perfetto stays responsive); use --steps to pick another window")
+
+
+#: Spans written by default: Perfetto's page handles about this many slices comfortably.
+MAX_SPANS: Final = 200_000
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return value
+
+
+def _step_range(text: str) -> tuple[int | None, int | None]:
+    """``"A:B"``, ``"A:"``, ``":B"`` or ``"N"`` as (first, last), either open (None)."""
+    first, sep, last = text.partition(":")
+    try:
+        lo = int(first) if first.strip() else None
+        hi = int(last) if last.strip() else None
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--steps {text!r}: expected A:B, A:, :B or N with whole step numbers") from None
+    if not sep:
+        hi = lo
+    if lo is not None and hi is not None and hi < lo:
+        raise argparse.ArgumentTypeError(f"--steps {text!r}: the last step is before the first")
+    return lo, hi
+
+
+def _step_window(spans: Sequence[SpanRecord], lo: int | None, hi: int | None) -> tuple[int, int] | None:
+    """Start of the first and end of the last ``rl.step`` span numbered within [lo, hi]."""
+    chosen = []
+    for s in spans:
+        number = s.attributes.get("rl.step") if s.name == "rl.step" else None
+        if (isinstance(number, int) and not isinstance(number, bool)
+                and (lo is None or number >= lo) and (hi is None or number <= hi)):
+            chosen.append(s)
+    if not chosen:
+        return None
+    return min(s.start_ns for s in chosen), max(s.end_ns for s in chosen)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,6 +121,21 @@ def run(args: argparse.Namespace) -> int:
         print(f"rlsight timeline: no spans in {args.run_dir / 'traces'}; is this a run folder, "
               "and did the run enable telemetry?", file=sys.stderr)
         return EXIT_INPUT
+    if args.steps is not None:
+        window = _step_window(spans, *args.steps)
+        if window is None:
+            print(f"rlsight timeline: no rl.step span numbered within --steps "
+                  f"{_describe_range(args.steps)} in {args.run_dir}", file=sys.stderr)
+            return EXIT_USAGE
+        lo, hi = window
+        spans = [s for s in spans if s.start_ns < hi and s.end_ns > lo]
+    if len(spans) > args.max_spans:
+        spans.sort(key=lambda s: s.start_ns)
+        cut_at = spans[args.max_spans].start_ns
+        spans = spans[:args.max_spans]
+        print(f"rlsight timeline: wrote the first {args.max_spans:,} spans only (up to "
+              f"{cut_at} ns since the epoch); pick a window with --steps A:B or raise "
+              "--max-spans", file=sys.stderr)
     counts = write_chrome_trace(spans, output)
     if skipped:
         print(f"rlsight timeline: skipped {len(skipped)} unreadable record(s); "
@@ -72,3 +143,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"rlsight timeline: wrote {output} ({counts['spans']} spans, {counts['flows']} flows); "
           "open it at https://ui.perfetto.dev", file=sys.stderr)
     return EXIT_OK
+
+
+def _describe_range(steps: tuple[int | None, int | None]) -> str:
+    lo, hi = steps
+    return f"{'' if lo is None else lo}:{'' if hi is None else hi}"

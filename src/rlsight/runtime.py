@@ -268,7 +268,7 @@ class Telemetry:
             assert tracer is not None
         return tracer
 
-    def start_span(self, name: str, attributes: dict[str, Any], start_time: int | None) -> Span:
+    def _start_span(self, name: str, attributes: dict[str, Any], start_time: int | None) -> Span:
         """Start one of rlsight's own spans (cleaned attributes) in the current context.
 
         The same SDK span the tracer would start, through :mod:`rlsight._lean` when it can

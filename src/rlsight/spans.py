@@ -210,7 +210,7 @@ class _LiveSpan:
                 del attrs["rl.bucket"]
             if self._category is not None:
                 attrs["rl.efficiency.category"] = self._category
-            self._span = rt.start_span(self._name, attrs, start_time)
+            self._span = rt._start_span(self._name, attrs, start_time)
         except Exception as exc:
             rt.report_internal_error("span-start", exc)
             return None

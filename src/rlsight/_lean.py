@@ -12,8 +12,8 @@ every span processor see nothing different; only the redundant checks are skippe
 It steps aside (``start`` returns ``None`` and the caller uses the tracer) whenever the
 shortcut could differ: a sampler other than the default (``OTEL_TRACES_SAMPLER``), the SDK's
 internal metrics turned on, a disabled tracer, a parent that was not sampled. Attributes
-that are not plain scalars, or string limits, go through the SDK's own cleaning. Foreign
-spans (instrumentation, the user's tracer) never come here.
+that are not plain scalars, or text over the length limit, go through the SDK's own
+cleaning. Foreign spans (instrumentation, the user's tracer) never come here.
 """
 
 from __future__ import annotations
@@ -110,12 +110,14 @@ class LeanStarter:
         limits = self._limits
         attrs = BoundedAttributes(limits.max_span_attributes, None, immutable=False,
                                   max_value_len=limits.max_span_attribute_length)
-        maxlen = attrs.maxlen
-        plain = attrs.max_value_len is None and (maxlen is None or len(attributes) <= maxlen)
+        maxlen, max_text = attrs.maxlen, attrs.max_value_len
+        plain = maxlen is None or len(attributes) <= maxlen
         if plain:
             for value in attributes.values():  # a loop: all() over a generator costs 2x
-                if type(value) not in _PLAIN:
-                    plain = False
+                kind = type(value)
+                if kind not in _PLAIN or (kind is str and max_text is not None
+                                          and len(value) > max_text):
+                    plain = False  # the SDK converts or truncates it (and warns): its way
                     break
         if plain:
             attrs._dict.update(attributes)  # already what the SDK's cleaning would keep

@@ -273,13 +273,15 @@ def test_async_keeps_generation_busier_and_policy_less_idle_than_sync(
 ) -> None:
     """Per second of the steps, generation is busier; per step, the policy ranks idle less.
 
-    The policy half compares idle seconds per step, not busy shares: a rank's busy time per
-    step is its trained tokens / ``train_tps``, which the sampled completions decide and which
-    differs between the two runs, while its idle time per step is what the controller's
-    schedule decides. In sync it contains the whole generation and reward phase; in async
-    that phase runs beside training, so a good part of it is gone (not all: the refit bubble
-    and the first step's buffer fill still idle the ranks). An async controller that
-    serialises like sync idles them as long as sync does, and fails here.
+    The policy half compares idle seconds per step, not busy shares. A rank's busy time per
+    step is its trained tokens / ``train_tps`` (the sampled completions decide the tokens) plus
+    what a loaded machine adds; it is not what the controller changes, yet a busy share
+    divides it by a step only ~1.3x shorter in async, so a 25% dip in one run's busy time
+    flips the comparison. Idle seconds per step are what the schedule changes: in sync they
+    contain the whole generation and reward phase; in async that phase runs beside training,
+    so a good part of it is gone (not all: the refit bubble and the first step's buffer fill
+    still idle the ranks). An async controller that serialises like sync idles the ranks as
+    long as sync does, and fails here.
     """
     def generation_share(run: DemoRun) -> float:
         return _busy_s(run, "generation") / _steps_window_s(run)

@@ -4,8 +4,8 @@ RUN_A and RUN_B are run folders, saved ``rlsight report --json`` documents, or t
 of a Collector's file exporter holding one run. Every change
 is B minus A. ``--fail-if-slower PCT`` makes a CI gate: exit 1 when B's median step is more
 than PCT percent slower than A's. Exit codes: 0 ok; 1 B slower than ``--fail-if-slower``
-allows; 2 usage error (Collector files holding several runs included); 3 a run missing, unreadable, holding no spans, or (with
-``--fail-if-slower``) without steps to compare.
+allows; 2 usage error (Collector files holding several runs included); 3 a run missing,
+unreadable, holding no spans, or (with ``--fail-if-slower``) without steps to compare.
 """
 
 from __future__ import annotations

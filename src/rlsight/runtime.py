@@ -676,14 +676,19 @@ class Telemetry:
             if self.watchdog is not None:
                 self.watchdog.stop(min(1.0, left_ms() / 1000))
             if self._materialized:
-                ordered = sorted(self._processors, key=lambda p: p.name != "store")
-                for proc in ordered:
+                # Everything bound for local disk first: a collector that hangs may take the
+                # rest of the budget, and must not leave the store's last metric points unwritten.
+                local = [p for p in self._processors if p.name == "store"]
+                for proc in local:
                     ok = proc.shutdown(left_ms()) and ok
                 ok = self._close_start_records(left_ms()) and ok
                 self._metric_writer_stop.set()
                 if self._local_metric_reader is not None:
                     reader = self._local_metric_reader
                     ok = _bounded(lambda: bool(reader.force_flush(left_ms())), left_ms() / 1000) and ok
+                for proc in self._processors:
+                    if proc not in local:
+                        ok = proc.shutdown(left_ms()) and ok
                 mp, tp = self._meter_provider, self._tracer_provider
                 assert mp is not None and tp is not None
                 ok = _bounded(lambda: _shutdown_meters(mp, left_ms()), left_ms() / 1000) and ok

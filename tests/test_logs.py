@@ -90,6 +90,23 @@ def test_an_error_inside_a_span_becomes_an_event_on_it(
     }
 
 
+def test_secrets_in_an_error_log_are_scrubbed_on_the_span_not_in_the_log(
+    capture: Capture, log: tuple[logging.Logger, io.StringIO]
+) -> None:
+    """The event reached the store with api_key=... and hf_... in clear (reviewer r1)."""
+    logger, out = log
+    with span(RL.REWARD, "rl.reward.score"):
+        try:
+            raise RuntimeError("auth failed for hf_abcdefghijklmnopqrstuvwxyz")
+        except RuntimeError:
+            logger.exception("reward server refused api_key=sk-abcdefghijklmnopqrstuvwx")
+    (recorded,) = capture.spans()
+    attrs = dict(recorded.events[0].attributes or {})
+    assert "sk-abc" not in str(attrs["log.message"]) and "api_key=" in str(attrs["log.message"])
+    assert "hf_abc" not in str(attrs["exception.message"])
+    assert "api_key=sk-abcdefghijklmnopqrstuvwx" in out.getvalue()  # your own log is untouched
+
+
 def test_a_disabled_span_gets_no_event_and_logging_still_works(
     log: tuple[logging.Logger, io.StringIO],
 ) -> None:

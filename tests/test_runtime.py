@@ -428,6 +428,9 @@ class TestShutdown:
         ours = [r for r in caplog.records if r.name == "rlsight" and r.levelno >= logging.WARNING]
         assert ours, "expected the shutdown to warn about the lost spans"
         assert [r.getMessage() for r in ours if r.exc_info or "\n" in r.getMessage()] == []
+        # A collector that takes the whole budget is not a failed shutdown step: the metric
+        # flushes ran out of time and said so in a second line (reviewer r1).
+        assert [r.getMessage() for r in ours if "step failed" in r.getMessage()] == []
 
 
 def test_setup_with_a_store_that_cannot_be_opened_is_a_config_error(tmp_path: Path) -> None:

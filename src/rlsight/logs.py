@@ -61,17 +61,21 @@ def _stamping_factory(previous: Callable[..., logging.LogRecord]) -> Callable[..
 
 
 def _add_event(span: _trace.Span, record: logging.LogRecord) -> None:
+    # The event goes to the store and the collector: scrub its text the way an exception
+    # recorded on a span is scrubbed (docs/reliability.md), so `api_key=...` stays in the log.
+    from rlsight._redact import scrub
+
     try:
         attributes: dict[str, str | int] = {
             "log.severity": record.levelname,
             "log.logger": record.name,
-            "log.message": record.getMessage(),
+            "log.message": scrub(record.getMessage()),
             "code.filepath": record.pathname,
             "code.lineno": record.lineno,
         }
         if record.exc_info and record.exc_info[0] is not None:
             attributes["exception.type"] = record.exc_info[0].__name__
-            attributes["exception.message"] = str(record.exc_info[1])
+            attributes["exception.message"] = scrub(str(record.exc_info[1]))
         span.add_event(LOG_EVENT, attributes)
     except Exception as exc:  # a message whose args do not format must not break logging
         rt = _runtime._ACTIVE

@@ -676,18 +676,22 @@ class Telemetry:
             if self.watchdog is not None:
                 self.watchdog.stop(min(1.0, left_ms() / 1000))
             if self._materialized:
-                ordered = sorted(self._processors, key=lambda p: p.name != "store")
-                for proc in ordered:
+                # Everything bound for local disk first: a collector that hangs may take the
+                # rest of the budget, and must not leave the store's last metric points unwritten.
+                local = [p for p in self._processors if p.name == "store"]
+                for proc in local:
                     ok = proc.shutdown(left_ms()) and ok
                 ok = self._close_start_records(left_ms()) and ok
                 self._metric_writer_stop.set()
                 if self._local_metric_reader is not None:
                     reader = self._local_metric_reader
                     ok = _bounded(lambda: bool(reader.force_flush(left_ms())), left_ms() / 1000) and ok
+                for proc in self._processors:
+                    if proc not in local:
+                        ok = proc.shutdown(left_ms()) and ok
                 mp, tp = self._meter_provider, self._tracer_provider
                 assert mp is not None and tp is not None
-                ok = _bounded(lambda: _quiet(lambda: mp.shutdown(timeout_millis=left_ms())),
-                              left_ms() / 1000) and ok
+                ok = _bounded(lambda: _shutdown_meters(mp, left_ms()), left_ms() / 1000) and ok
                 endpoint = self._prometheus
                 if endpoint is not None:
                     ok = _bounded(lambda: _quiet(endpoint.close), left_ms() / 1000) and ok
@@ -710,6 +714,9 @@ class Telemetry:
         if report.dropped_total:
             _log.warning("rlsight: shutdown dropped %d spans (%s); the local store keeps what it "
                          "wrote", report.dropped_total, dict(report.dropped))
+        elif report.timed_out:
+            _log.warning("rlsight: shutdown did not deliver everything to the collector within "
+                         "%.0f ms; the local store keeps what it wrote", budget_s * 1000)
         store_errors = [e for p in self._processors if p.name == "store" for e in p.errors]
         store_errors += self._metric_errors
         if self.config.strict and store_errors:
@@ -806,6 +813,21 @@ def _flush(processor: SpanProcessor, timeout_ms: int) -> bool:
 
 def _flush_reader(reader: MetricReader, timeout_ms: int) -> bool:
     return bool(reader.force_flush(timeout_ms))
+
+
+def _shutdown_meters(mp: Any, timeout_ms: int) -> bool:
+    """Shut the meter provider down; a reader that fails is an undelivered export, not a warning.
+
+    The SDK raises when a metric reader (the OTLP one, against a collector that is down) cannot
+    finish within what is left of the budget. The report already says ``timed_out`` and
+    shutdown logs one line for it; a second line quoting the SDK would only repeat it.
+    """
+    try:
+        mp.shutdown(timeout_millis=timeout_ms)
+    except Exception:  # the SDK aggregates every reader's failure into one plain Exception
+        _log.debug("rlsight: a metric reader failed to shut down", exc_info=True)
+        return False
+    return True
 
 
 def _quiet(fn: Any) -> bool:

@@ -93,6 +93,14 @@ class TestSettings:
         assert any("only A recorded refit" in n for n in diff.notes)
         assert any("overhead" in n and "settings" in n for n in diff.notes)
 
+    def test_same_settings_do_not_blame_the_settings(self) -> None:
+        """Both runs per_step, one emits no refit: the code differs, not the settings (reviewer r1)."""
+        diff = diff_reports(_run("a", span_groups=("per_step",)),
+                            _run("b", refit=False, span_groups=("per_step",)))
+        assert any("with the same span-group settings" in n for n in diff.notes)
+        assert not any("settings, not the run" in n for n in diff.notes)
+        assert any("comes from the instrumented code" in n for n in diff.notes)
+
     def test_different_configured_specs_are_said(self) -> None:
         diff = diff_reports(_run("a", span_groups=("per_step",)), _run("b", span_groups=("all",)))
         assert any("span-group settings differ: A per_step vs B all" in n for n in diff.notes)

@@ -111,3 +111,10 @@ class TestInput:
         bad.write_text('{"schema_version": 99}')
         assert main(["diff", str(bad), str(runs[0])]) == EXIT_INPUT
         assert "schema_version 99" in capsys.readouterr().err
+
+    def test_collector_files_holding_two_runs_are_a_usage_error(self, runs, capsys, tmp_path):
+        """cli.md's exit-code table: several runs and no --run-id is 2, for diff too (reviewer r1)."""
+        both = tmp_path / "otel.json"
+        both.write_text("".join(f.read_text() for run in runs for f in (run / "traces").glob("*.jsonl")))
+        assert main(["diff", str(runs[0]), str(both)]) == EXIT_USAGE
+        assert "hold 2 runs" in capsys.readouterr().err

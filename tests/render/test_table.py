@@ -72,3 +72,12 @@ def test_the_engine_line_shows_preemptions_and_finish_reasons():
                     preemptions=0.0, finished={"stop": 93.0, "length": 7.0})
     assert engine_outcomes(engine) == ", preemptions 0, finish: stop 93% length 7%"
     assert engine_outcomes(Engine("rl.engine.generation_tokens", [])) == ""
+
+
+def test_wasted_work_under_a_second_is_not_printed_as_zero():
+    """40 ms wasted in 0.1 s steps printed as "0.0s of wasted work" (reviewer r1)."""
+    run = RunBuilder()
+    driver = run.process()
+    step = driver.step(1, 0, 0.1)
+    driver.span("rl.efficiency.wasted.stale", 0.02, 0.06, parent=step, bucket="wasted")
+    assert "wasted       0.040s of wasted work on all ranks" in _text(run)

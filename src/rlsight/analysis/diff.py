@@ -233,8 +233,9 @@ def _engine(a: RunReport, b: RunReport) -> ValueChange | None:
 
 def _setting_notes(side_a: RunSide, side_b: RunSide, a: RunReport, b: RunReport) -> list[str]:
     notes = []
-    if side_a.span_groups is not None and side_b.span_groups is not None and (
-            sorted(side_a.span_groups) != sorted(side_b.span_groups)):
+    same_settings = (side_a.span_groups is not None and side_b.span_groups is not None
+                     and sorted(side_a.span_groups) == sorted(side_b.span_groups))
+    if side_a.span_groups is not None and side_b.span_groups is not None and not same_settings:
         notes.append(f"span-group settings differ: A {','.join(side_a.span_groups)} vs B "
                      f"{','.join(side_b.span_groups)}; compared on what both recorded")
     only_a = sorted(set(side_a.groups_seen) - set(side_b.groups_seen))
@@ -242,14 +243,18 @@ def _setting_notes(side_a: RunSide, side_b: RunSide, a: RunReport, b: RunReport)
     if only_a or only_b:
         parts = [f"only A recorded {', '.join(only_a)}" if only_a else "",
                  f"only B recorded {', '.join(only_b)}" if only_b else ""]
-        notes.append("span groups differ (" + "; ".join(p for p in parts if p) + "): span names "
-                     "of those groups are listed as only in one run, not as changes")
+        # Same configured spec: the runs' code emits different spans, so blaming the settings
+        # would send the user to the wrong place.
+        cause = "the instrumented code" if same_settings else "the settings"
+        notes.append("span groups differ (" + "; ".join(p for p in parts if p)
+                     + (", with the same span-group settings" if same_settings else "")
+                     + "): span names of those groups are listed as only in one run, not as changes")
         buckets = sorted({c.bucket for r in (a, b) for c in r.top
                           if any(s.name == c.name and s.group in (*only_a, *only_b)
                                  for s in r.span_steps)})
         if buckets:
             notes.append(f"the {', '.join(buckets)} bucket(s) include time from those groups, so "
-                         "part of their change comes from the settings, not the run")
+                         f"part of their change comes from {cause}, not the run")
     if not side_a.steps or not side_b.steps:
         which = " and ".join(x for x, s in (("A", side_a), ("B", side_b)) if not s.steps)
         notes.append(f"{which} has no rl.step spans: per-step comparisons are unavailable")

@@ -4,8 +4,8 @@ RUN_A and RUN_B are run folders, saved ``rlsight report --json`` documents, or t
 of a Collector's file exporter holding one run. Every change
 is B minus A. ``--fail-if-slower PCT`` makes a CI gate: exit 1 when B's median step is more
 than PCT percent slower than A's. Exit codes: 0 ok; 1 B slower than ``--fail-if-slower``
-allows; 2 usage error; 3 a run missing, unreadable, holding no spans, or (with
-``--fail-if-slower``) without steps to compare.
+allows; 2 usage error (Collector files holding several runs included); 3 a run missing,
+unreadable, holding no spans, or (with ``--fail-if-slower``) without steps to compare.
 """
 
 from __future__ import annotations
@@ -53,6 +53,10 @@ class _InputError(Exception):
     """A run that cannot be read; the message names it and the fix."""
 
 
+class _UsageError(_InputError):
+    """Collector files holding several runs: a usage error (exit 2), as for `rlsight report`."""
+
+
 def _saved_report(path: Path) -> dict[str, Any] | None:
     """The document in ``path`` if it is one ``rlsight report --json`` output, else ``None``."""
     try:
@@ -85,7 +89,7 @@ def _load_report(path: Path) -> RunReport:
         with open_run(path) as source:
             return annotate(analyze_run(source.folder), source)
     except AmbiguousRunError as exc:
-        raise _InputError(f"{exc} (to compare one run of several, save its report with "
+        raise _UsageError(f"{exc} (to compare one run of several, save its report with "
                           "`rlsight report PATH --run-id ID --json > FILE`)") from exc
     except StoreError as exc:
         raise _InputError(str(exc)) from exc
@@ -105,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         a, b = _load_report(args.run_a), _load_report(args.run_b)
     except _InputError as exc:
         print(f"rlsight diff: {exc}", file=sys.stderr)
-        return EXIT_INPUT
+        return EXIT_USAGE if isinstance(exc, _UsageError) else EXIT_INPUT
     diff = diff_reports(a, b)
     if args.json:
         sys.stdout.write(json.dumps(diff.to_dict(), indent=1, allow_nan=False) + "\n")

@@ -149,16 +149,17 @@ def render_report(report: RunReport, console: Console) -> None:
         line(f"engine       {count(tokens)} gen tokens/step, {count(rate)} tok/s"
              + engine_outcomes(report.engine))
     wasted = sum(report.wasted.by_step_ns)
+    digits = step_digits(report)  # the per-step table's precision: 42 ms must not print as 0.0s
     if wasted:
         top = report.wasted.by_name[0] if report.wasted.by_name else None
-        line(f"wasted       {secs(wasted)}s of wasted work on all ranks"
-             + (f" (most: {top.name} {secs(top.total_ns)}s)" if top else ""))
+        line(f"wasted       {secs(wasted, digits)}s of wasted work on all ranks"
+             + (f" (most: {top.name} {secs(top.total_ns, digits)}s)" if top else ""))
     reasons: dict[str, tuple[int, int]] = {}
     for d in report.wasted.discarded:
         calls, work = reasons.get(d.reason, (0, 0))
         reasons[d.reason] = (calls + 1, work + d.work_ns)
     for reason, (calls, work) in sorted(reasons.items(), key=lambda kv: (-kv[1][1], kv[0])):
-        line(f"discarded    {secs(work)}s of earlier work thrown away ({reason}, {calls} "
+        line(f"discarded    {secs(work, digits)}s of earlier work thrown away ({reason}, {calls} "
              "discard call(s)); counted as wasted in the discarding steps")
     pm = report.postmortem
     summary = postmortem_summary(pm)

@@ -980,10 +980,12 @@ def setup_telemetry(
             "writes; set local_store=True, or store_transport='file'"
         )
     if config.local_store:
+        from rlsight._catalog import run_catalog
         from rlsight.store._manifest import write_manifest
 
         try:
-            write_manifest(config, started_ns=telemetry.started_ns)
+            write_manifest(config, started_ns=telemetry.started_ns,
+                           catalog=run_catalog(_groups.resolve_span_group_spec(config.span_groups)))
         except OSError as exc:
             raise ConfigError(
                 f"TelemetryConfig.run_dir={config.run_dir!r} is not writable ({exc.strerror}); "

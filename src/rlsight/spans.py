@@ -582,6 +582,12 @@ def declare_efficiency_categories(*categories: str, bucketed: bool = True) -> No
             _EFFICIENCY[category] = (name, Bucket(prefix) if bucketed else None)
 
 
+def _efficiency_table() -> dict[str, tuple[str, Bucket | None]]:
+    """Category -> (span name, bucket or ``None``), a copy (the run catalog records it)."""
+    with _EFFICIENCY_LOCK:
+        return dict(_EFFICIENCY)
+
+
 def declared_efficiency_categories() -> tuple[str, ...]:
     """Every declared category, sorted."""
     with _EFFICIENCY_LOCK:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlsight._catalog import run_catalog
 from rlsight.analysis import RunReport, analyze_spans
 from rlsight.store._schema import AttributeValue, SpanRecord
 
@@ -147,6 +148,7 @@ class RunBuilder:
                 "store_format": 1, "run_id": self.run_id, "started_unix_ns": T0,
                 "started_at": "2023-11-14T22:13:20Z", "algorithm": self.algorithm,
                 "config": {"run_id": self.run_id, "algorithm": self.algorithm},
+                "catalog": run_catalog(),
             }))
         return run_dir
 

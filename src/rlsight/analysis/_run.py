@@ -41,15 +41,34 @@ __all__ = ["analyze_columns", "analyze_run", "analyze_spans", "per_step_catalog"
 _SKIPPED_EXAMPLES = 5
 
 
-def per_step_catalog() -> dict[str, bool]:
-    """Every span group registered in this process -> whether ``per_step`` includes it."""
-    from rlsight.groups import registered_groups, registered_presets
+#: Said in the notes when the manifest predates the recorded catalog.
+_NO_CATALOG_NOTE = (
+    "manifest.json records no span-group catalog (written by an rlsight older than this "
+    "reader, or missing): which groups are in per_step comes from the groups registered in "
+    "this reading process, so a library's groups not imported here show as unknown"
+)
 
-    members: set[str] = set()
-    for name, (_, groups) in registered_presets().items():
-        if name == "per_step":
-            members.update(groups)
-    return {name: name in members for name in registered_groups()}
+
+def per_step_catalog(manifest: Mapping[str, Any] | None = None) -> tuple[dict[str, bool], str | None]:
+    """Span group -> whether the run's ``per_step`` preset includes it, and a note if guessed.
+
+    The run's own catalog in ``manifest.json`` (written at setup) is authoritative: it knows
+    the groups of every library the driver imported. Without one it falls back to the groups
+    registered in this process; when a manifest exists but predates the catalog, the second
+    value says so for the report's notes (no manifest at all is in-memory analysis, where
+    this process's registry is the run's).
+    """
+    catalog = manifest.get("catalog") if manifest else None
+    if isinstance(catalog, Mapping) and isinstance(catalog.get("span_groups"), Mapping):
+        preset = (catalog.get("presets") or {}).get("per_step")
+        groups = preset.get("groups") if isinstance(preset, Mapping) else None
+        members = {str(g) for g in groups} if isinstance(groups, list) else set()
+        return {str(name): name in members for name in catalog["span_groups"]}, None
+    from rlsight.groups import registered_groups, resolve_span_group_spec
+
+    members = set(resolve_span_group_spec(["per_step"]).enabled)
+    note = _NO_CATALOG_NOTE if manifest else None
+    return {name: name in members for name in registered_groups()}, note
 
 
 def _most_common(values: Iterable[object]) -> str | None:
@@ -113,7 +132,8 @@ def analyze_columns(
         files: Number of trace files read.
         manifest: The run's ``manifest.json``, for the run id and algorithm.
         metrics: Metric points, for engine throughput.
-        per_step: Group -> in ``per_step`` (default: this process's registry).
+        per_step: Group -> in ``per_step`` (default: the manifest's catalog, else this
+            process's registry, which the notes then say).
         k: Straggler threshold in MADs.
 
     Raises:
@@ -140,6 +160,9 @@ def analyze_columns(
     ]
     resources = cols.resources
     manifest = manifest or {}
+    catalog_note = None
+    if per_step is None:
+        per_step, catalog_note = per_step_catalog(manifest)
     summary = RunSummary(
         run_id=str(manifest["run_id"]) if manifest.get("run_id") else _most_common(
             r.get("rl.run.id") for r in resources),
@@ -168,11 +191,12 @@ def analyze_columns(
         startup=startup(table, steps, run.start, run.end),
         fleets=fleets(table, part, run),
         stragglers=stragglers(table, steps, k=k),
-        volume=volume(table, steps, per_step_catalog() if per_step is None else per_step),
+        volume=volume(table, steps, per_step),
         wasted=waste,
         top_spans=top_spans(table),
         engine=engine_throughput(metrics, steps),
-        notes=_notes(table, [int(c) for c in controllers], steps.missing_numbers),
+        notes=_notes(table, [int(c) for c in controllers], steps.missing_numbers)
+        + ([catalog_note] if catalog_note else []),
         span_steps=span_steps(table, steps),
     )
 

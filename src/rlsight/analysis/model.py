@@ -334,7 +334,7 @@ class GroupVolume:
 
     group: str
     in_per_step: bool | None
-    """Whether the group is in the ``per_step`` preset; ``None`` if it is not registered here."""
+    """Whether the run's ``per_step`` preset has the group; ``None`` if its catalog lacks it."""
     spans: int
     outside_steps: int
     per_step: list[int]

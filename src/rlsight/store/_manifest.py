@@ -8,6 +8,7 @@ import platform
 import socket
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
@@ -30,8 +31,14 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def write_manifest(config: TelemetryConfig, *, started_ns: int) -> Path:
-    """Write ``<run_dir>/manifest.json`` atomically and return its path."""
+def write_manifest(
+    config: TelemetryConfig, *, started_ns: int, catalog: Mapping[str, Any] | None = None
+) -> Path:
+    """Write ``<run_dir>/manifest.json`` atomically and return its path.
+
+    ``catalog`` is the run's vocabulary (``rlsight._catalog.run_catalog``): readers take the
+    span groups and presets from it, so a report needs no import of the run's libraries.
+    """
     run_dir = config.run_path
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg = asdict(config)
@@ -57,6 +64,8 @@ def write_manifest(config: TelemetryConfig, *, started_ns: int) -> Path:
         "pid": os.getpid(),
         "argv": scrub_argv(sys.argv),
     }
+    if catalog is not None:
+        manifest["catalog"] = dict(catalog)
     path = run_dir / "manifest.json"
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n")

@@ -10,7 +10,23 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
 from typing import Final
+
+from rlsight.commands._exit import (
+    EXIT_BUG,
+    EXIT_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PROBLEMS,
+    EXIT_STALLED,
+    EXIT_USAGE,
+)
+
+__all__ = [
+    "EXIT_BUG", "EXIT_INPUT", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_PROBLEMS", "EXIT_STALLED",
+    "EXIT_USAGE", "main",
+]
 
 #: Subcommand name -> module. Order is the order ``--help`` lists them in.
 _COMMANDS: Final = {
@@ -23,13 +39,6 @@ _COMMANDS: Final = {
     "check": "rlsight.commands.check",
     "demo": "rlsight.commands.demo",
 }
-
-#: Exit codes, documented in docs/cli.md.
-EXIT_OK: Final = 0
-EXIT_PROBLEMS: Final = 1
-EXIT_USAGE: Final = 2
-EXIT_INPUT: Final = 3
-
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -59,16 +68,25 @@ def main(argv: list[str] | None = None) -> int:
         return int(args._module.run(args))
     except KeyboardInterrupt:
         print(f"rlsight {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except OSError as exc:  # the disk or the OS, not rlsight: name the file
+        if args.debug:
+            traceback.print_exc()
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"rlsight {args.command}: {exc.strerror or exc}{where}; check the path and its "
+              "permissions" + ("" if args.debug else ", or rerun with --debug for the traceback"),
+              file=sys.stderr)
+        return EXIT_INPUT
     except Exception as exc:
         if args.debug:
-            raise
+            traceback.print_exc()
         print(
-            f"rlsight {args.command}: {type(exc).__name__}: {exc}; rerun with --debug for the traceback",
+            f"rlsight {args.command}: unexpected {type(exc).__name__}: {exc}; this is a bug in "
+            "rlsight, please report it with the traceback"
+            + ("" if args.debug else " (rerun with --debug to print it)"),
             file=sys.stderr,
         )
-        return EXIT_INPUT
-
+        return EXIT_BUG
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

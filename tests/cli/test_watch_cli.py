@@ -12,7 +12,7 @@ import pytest
 
 from rlsight import RL, span, step_span
 from rlsight.cli import EXIT_OK, EXIT_USAGE, main
-from rlsight.commands.watch import EXIT_STALLED
+from rlsight.commands._exit import EXIT_STALLED
 from rlsight.store._live import read_live
 from rlsight.testing import capture_telemetry
 

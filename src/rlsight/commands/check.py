@@ -13,6 +13,8 @@ import json
 import sys
 from pathlib import Path
 
+from rlsight.commands._exit import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
+
 __all__ = ["add_arguments", "run"]
 
 
@@ -51,11 +53,11 @@ def run(args: argparse.Namespace) -> int:
         report = run_check(config, write_docs=args.write_docs)
     except CheckInputError as exc:
         print(f"rlsight check: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     for path in report.docs_written:
         print(f"rlsight check: rewrote generated blocks in {path}", file=sys.stderr)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
         print(report.render())
-    return 0 if report.ok else 1
+    return EXIT_OK if report.ok else EXIT_PROBLEMS

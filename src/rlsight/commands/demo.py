@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rlsight.commands._exit import EXIT_USAGE
+from rlsight.commands._extras import missing_extra
+
 # Defaults stay with the demo (rlsight.demo.run.DemoSettings): importing it here would import
 # Ray and numpy for every `rlsight --help`. Flags given are forwarded as written.
 _FLAGS: tuple[tuple[str, type, str], ...] = (
@@ -29,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if missing_extra("demo", "ray", "aiohttp", "prometheus_client", "numpy", "orjson", "rich",
+                     extra="demo"):
+        return EXIT_USAGE
     from rlsight.demo import main
 
     argv: list[str] = []

@@ -16,8 +16,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlsight.cli import EXIT_INPUT, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
+from rlsight.commands._exit import EXIT_INPUT, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
 from rlsight.commands._extras import missing_extra
+from rlsight.commands._outputs import unusable_output
 
 if TYPE_CHECKING:
     from rlsight.analysis import RunReport
@@ -101,9 +102,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     from rlsight.analysis.diff import diff_reports
 
-    if args.html is not None and args.html.is_dir():
-        print(f"rlsight diff: --html {args.html} is a folder; pass a file name such as "
-              f"{args.html / 'diff.html'}", file=sys.stderr)
+    if args.html is not None and unusable_output("diff", "--html", args.html, "diff.html"):
         return EXIT_USAGE
     try:
         a, b = _load_report(args.run_a), _load_report(args.run_b)

@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from rlsight.cli import EXIT_INPUT, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
+from rlsight.commands._exit import EXIT_INPUT, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
 from rlsight.commands._extras import missing_extra
+from rlsight.commands._outputs import unusable_output
 
 __all__ = ["add_arguments", "run"]
 
@@ -87,15 +88,13 @@ def run(args: argparse.Namespace) -> int:
     from rlsight.commands._source import AmbiguousRunError, annotate, open_run
     from rlsight.errors import StoreError
 
+    if args.html is not None and unusable_output("report", "--html", args.html, "report.html"):
+        return EXIT_USAGE
     run_dir: Path = args.run_dir
     if not run_dir.exists():
         print(f"rlsight report: no run folder at {run_dir}; pass a folder a run wrote "
               "(`rlsight runs` lists ./rlsight-runs)", file=sys.stderr)
         return EXIT_INPUT
-    if args.html is not None and args.html.is_dir():
-        print(f"rlsight report: --html {args.html} is a folder; pass a file name such as "
-              f"{args.html / 'report.html'}", file=sys.stderr)
-        return EXIT_USAGE
     try:
         with open_run(run_dir, args.run_id) as source, \
                 _progress(sys.stderr.isatty() and not args.quiet) as progress:

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rlsight.cli import EXIT_INPUT, EXIT_OK, EXIT_USAGE
+from rlsight.commands._exit import EXIT_INPUT, EXIT_OK, EXIT_USAGE
 from rlsight.commands._extras import missing_extra
 
 __all__ = ["RunEntry", "add_arguments", "list_runs", "run"]

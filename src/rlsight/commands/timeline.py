@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from rlsight.cli import EXIT_INPUT, EXIT_OK, EXIT_USAGE
+from rlsight.commands._exit import EXIT_INPUT, EXIT_OK, EXIT_USAGE
 from rlsight.commands._extras import missing_extra
+from rlsight.commands._outputs import unusable_output
 
 if TYPE_CHECKING:
     from rlsight.store import SpanRecord
@@ -96,9 +97,7 @@ def run(args: argparse.Namespace) -> int:
     from rlsight.store import read_spans
 
     output: Path = args.output
-    if output.is_dir():
-        print(f"rlsight timeline: -o {output} is a folder; pass a file name such as "
-              f"{output / 'trace.json'}", file=sys.stderr)
+    if unusable_output("timeline", "-o", output, "trace.json"):
         return EXIT_USAGE
     try:
         with open_run(args.run_dir, args.run_id) as source:

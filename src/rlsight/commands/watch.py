@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from rlsight.cli import EXIT_OK, EXIT_USAGE
+from rlsight.commands._exit import EXIT_OK, EXIT_STALLED, EXIT_USAGE
 from rlsight.commands._extras import missing_extra
 
 if TYPE_CHECKING:
@@ -32,10 +32,8 @@ if TYPE_CHECKING:
     from rlsight.analysis.live import WatchSnapshot
     from rlsight.analysis.model import ProcessState
 
-__all__ = ["EXIT_STALLED", "add_arguments", "run"]
+__all__ = ["add_arguments", "run"]
 
-#: Exit code when a rank is stalled (documented in docs/cli.md and docs/live.md).
-EXIT_STALLED: Final = 3
 #: Seconds ``py-spy dump`` gets per process before it is given up on.
 _STACK_TIMEOUT_S: Final = 15.0
 

@@ -1,0 +1,66 @@
+"""One exit-code table for every command: bugs, unusable outputs and missing extras (#15.7)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from rlsight.cli import EXIT_BUG, EXIT_USAGE, main
+from rlsight.commands import runs as runs_command
+
+
+def _explode(*_args: object) -> None:
+    raise RuntimeError("boom")
+
+
+class TestUnexpectedException:
+    def test_is_exit_1_and_says_it_is_a_bug(self, tmp_path, monkeypatch, capsys):
+        monkeypatch.setattr(runs_command, "list_runs", _explode)
+        assert main(["runs", str(tmp_path), "--json"]) == EXIT_BUG
+        err = capsys.readouterr().err
+        assert "rlsight runs: unexpected RuntimeError: boom; this is a bug" in err
+        assert "--debug" in err and "Traceback" not in err
+
+    def test_debug_prints_the_traceback_and_keeps_the_code(self, tmp_path, monkeypatch, capsys):
+        monkeypatch.setattr(runs_command, "list_runs", _explode)
+        assert main(["--debug", "runs", str(tmp_path), "--json"]) == EXIT_BUG
+        err = capsys.readouterr().err
+        assert "Traceback (most recent call last)" in err and "_explode" in err
+        assert "this is a bug" in err
+
+
+@pytest.mark.parametrize(("argv", "flag"), [
+    (["report", "{missing}", "--html", "{nodir}/x.html"], "--html"),
+    (["diff", "{missing}", "{missing}", "--html", "{nodir}/x.html"], "--html"),
+    (["timeline", "{missing}", "-o", "{nodir}/t.json"], "-o"),
+])
+def test_an_output_in_a_missing_folder_fails_before_the_input_is_read(argv, flag, tmp_path, capsys):
+    args = [a.format(missing=tmp_path / "no-run", nodir=tmp_path / "nodir") for a in argv]
+    assert main(args) == EXIT_USAGE  # not 3: the missing run folder is never looked at
+    err = capsys.readouterr().err
+    assert f"{flag} {tmp_path / 'nodir'}" in err and "does not exist" in err
+
+
+_COMMANDS = [
+    (["report", "RUN"], "report", "analysis"),
+    (["watch", "RUN", "--once"], "watch", "analysis"),
+    (["timeline", "RUN"], "timeline", "analysis"),
+    (["diff", "RUN", "RUN"], "diff", "analysis"),
+    (["runs", "RUN"], "runs", "analysis"),
+    (["demo", "--steps", "1"], "demo", "demo"),
+]
+
+
+@pytest.mark.parametrize(("argv", "command", "extra"), _COMMANDS)
+def test_a_missing_extra_is_one_message_and_code_for_every_command(
+    argv, command, extra, tmp_path, monkeypatch, capsys
+):
+    # A None entry is how Python blocks an import: find_spec then reports the module missing.
+    monkeypatch.setitem(sys.modules, "orjson", None)
+    monkeypatch.setitem(sys.modules, "rich", None)
+    args = [str(tmp_path) if a == "RUN" else a for a in argv]
+    assert main(args) == EXIT_USAGE
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"rlsight {command}: needs ")
+    assert err.endswith(f"from the {extra} extra; install it with: pip install 'rlsight[{extra}]'")

@@ -355,6 +355,15 @@ class TestShutdown:
     def test_shutdown_without_setup_is_an_empty_report(self) -> None:
         assert shutdown_telemetry() == ShutdownReport(0.0, False)
 
+    def test_the_report_counts_internal_errors_per_site(self, run_dir: Path) -> None:
+        telemetry = setup_telemetry(_config(run_dir, strict=False))
+        for _ in range(2):
+            telemetry.report_internal_error("record_metrics", ValueError("bad point"))
+        telemetry.report_internal_error("span-start", OSError("disk"))
+        report = telemetry.shutdown()
+        assert report.internal_errors == {"record_metrics": 2, "span-start": 1}
+        assert not report.timed_out  # the run's telemetry was delivered all the same
+
     def test_shutdown_turns_the_gate_off_and_clears_the_runtime(self, run_dir: Path) -> None:
         setup_telemetry(_config(run_dir))
         report = shutdown_telemetry()

@@ -31,6 +31,7 @@ def test_unwritable_run_dir_warns_once_and_later_spans_are_noops(
                     pass
         assert not first.is_recording()
         assert not is_span_group_enabled(RL.TRAINING)
-        assert telemetry.internal_errors == {"span-start": 1}
     finally:
+        report = telemetry.shutdown()
         rlsight.shutdown_telemetry()
+    assert report.internal_errors == {"span-start": 1}

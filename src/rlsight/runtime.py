@@ -112,13 +112,16 @@ class ShutdownReport:
     budget or failed, or an exporter gave up on spans (``*/export_failed``, a collector that
     is down or refused them, possibly long before shutdown), or spans written into a run
     folder that was then deleted were lost (``store/run_dir_deleted``). Spans the local store
-    wrote are on disk whatever happened to the collector.
+    wrote are on disk whatever happened to the collector. ``internal_errors`` counts rlsight's
+    own failures per site (``span-start``, ``record_metrics``...) since setup: the run went on
+    with less telemetry, and only the first at each site was logged.
     """
 
     elapsed_ms: float
     timed_out: bool
     exported: Mapping[str, int] = field(default_factory=dict)
     dropped: Mapping[str, int] = field(default_factory=dict)
+    internal_errors: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def dropped_total(self) -> int:
@@ -166,6 +169,8 @@ class Telemetry:
         self._materialized = False
         self._shut_down = False
         self.started_ns = time.time_ns()
+        # Set by step_span (even with the step group off); the logging bridge stamps it on
+        # every log record as rl_step.
         self.current_step: int | None = None
         self._efficiency: dict[tuple[str, str], float] = {}
         self._efficiency_lock = threading.Lock()
@@ -614,10 +619,9 @@ class Telemetry:
                 "telemetry (further errors here are counted, not logged)", site, exc_info=exc,
             )
 
-    @property
-    def internal_errors(self) -> Mapping[str, int]:
-        """Internal errors per site since setup."""
-        return dict(self._internal_errors)
+    def _internal_error_counts(self) -> dict[str, int]:
+        with self._efficiency_lock:
+            return dict(self._internal_errors)
 
     # -- flush ------------------------------------------------------------------------------
     def flush(self, timeout_ms: int | None = None) -> bool:
@@ -669,8 +673,8 @@ class Telemetry:
             if _ACTIVE is self:
                 _ACTIVE = None
                 _groups._deactivate()
-            if self._shut_down:
-                return ShutdownReport(0.0, False)
+            if self._shut_down:  # again, or after a failed start: nothing left but the errors
+                return ShutdownReport(0.0, False, internal_errors=self._internal_error_counts())
             self._shut_down = True
             ok = True
             if self.watchdog is not None:
@@ -710,7 +714,7 @@ class Telemetry:
                 dropped["store/run_dir_deleted"] = self._span_sink.lost
             undelivered = any(key.endswith(_UNDELIVERED) for key in dropped)
             report = ShutdownReport((time.monotonic() - t0) * 1000, not ok or undelivered,
-                                    exported, dropped)
+                                    exported, dropped, self._internal_error_counts())
         if report.dropped_total:
             _log.warning("rlsight: shutdown dropped %d spans (%s); the local store keeps what it "
                          "wrote", report.dropped_total, dict(report.dropped))

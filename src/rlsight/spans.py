@@ -454,7 +454,8 @@ class _StepSpan(_LiveSpan):
 def step_span(step: int, /, **attributes: Any) -> _LiveSpan | _NoopSpan:
     """``rl.step`` with the int attribute ``rl.step``: one training step on the controller.
 
-    Also sets the runtime's current step, which the metrics tee reads.
+    Also sets the runtime's current step, which the logging bridge stamps on log records
+    (``rl_step``), even when the ``step`` group is off.
     """
     rt = _runtime._ACTIVE
     if RL.STEP not in _GATE.enabled:

@@ -5,7 +5,7 @@ PY := .venv/bin/python
 UV := $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
 UV_FLAGS := --system-certs
 
-.PHONY: venv test lint typecheck check bench demo readme-demo clean browser prometheus
+.PHONY: venv test test-fast lint typecheck check bench demo readme-demo clean browser prometheus
 
 venv: .venv/.synced
 .venv/.synced: pyproject.toml uv.lock
@@ -36,6 +36,11 @@ test: venv browser prometheus
 	.venv/bin/mypy
 	.venv/bin/rlsight check
 	.venv/bin/pytest -q -p no:cacheprovider
+
+# The inner loop while editing: no Ray, no browser, no collector, no Prometheus, nothing that
+# takes seconds per test (the `slow` marker, see tests/conftest.py). `make test` runs it all.
+test-fast: venv
+	.venv/bin/pytest -q -p no:cacheprovider -m "not ray and not browser and not collector and not prometheus and not slow"
 
 bench: venv
 	@for f in benchmarks/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done

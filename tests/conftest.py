@@ -25,6 +25,54 @@ from rlsight.testing import Capture, capture_telemetry
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
+#: Fixtures that start Ray: the shared cluster, and the two-node run of the Ray store transport.
+_RAY_FIXTURES = frozenset({"ray_cluster", "two_node"})
+
+
+#: Tests that take a second or more each (other interpreters, servers, waits, long property
+#: runs), by module or ``module::Class``: marked ``slow``, which ``make test-fast`` leaves out.
+#: ``make test`` runs them all.
+_SLOW = (
+    "check/test_check_rlsight_docs.py",  # every docs example in an interpreter of its own
+    "test_logger_recipes.py",  # W&B, MLflow and TensorBoard runs in subprocesses
+    "verify/test_goodput_oracle.py",  # random span forests against a brute-force oracle
+    "test_readme.py",  # the README example and the CLI as subprocesses
+    "propagation/test_propagation_http_stacks.py",  # uvicorn servers and real clients
+    "test_metrics_drift.py",  # the drift checker over the whole tree
+    "test_watchdog.py",  # waits for a stall to be detected
+    "live/test_postmortem.py",  # a driver killed with SIGKILL
+    "analysis/test_catalog.py",  # a run recorded in a subprocess
+    "analysis/test_properties.py",  # hypothesis over whole runs
+    "analysis/test_intervals.py",  # hypothesis against brute force
+    "cli/test_diff_cli.py",  # two recorded runs with a known delay
+    "test_step_summary.py",  # hypothesis: online against offline goodput
+    "store/test_store.py::TestAcrossProcesses",  # child writers, one killed mid-write
+    "test_runtime.py::TestShutdown",  # hung collectors cost the shutdown budget
+    "test_engines.py::TestScrapeThreads",  # endpoints that stall past the scrape timeout
+    "test_engines.py::TestFromUrl",
+    "test_timers.py::test_the_docs_example_prints_what_the_page_says",  # a subprocess
+    "analysis/test_docs_goodput.py::test_the_worked_example_runs_and_checks_its_own_numbers",
+    "check/test_check_command.py::test_installed_cli_runs_check_as_a_subprocess",
+    "cli/test_report_cli.py::TestReport::test_the_installed_command_runs_without_a_progress_bar_in_a_pipe",
+    "cli/test_report_cli.py::TestReport::test_python_dash_m_rlsight_runs_the_command",
+)
+_TESTS = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark tests that use Ray ``ray`` and those listed in ``_SLOW`` ``slow``.
+
+    ``make test-fast`` leaves out both (and the browser, collector and Prometheus tests).
+    """
+    for item in items:
+        uses = _RAY_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+        if uses and item.get_closest_marker("ray") is None:
+            item.add_marker(pytest.mark.ray)
+        node = item.path.relative_to(_TESTS).as_posix() + "::" + item.nodeid.split("::", 1)[-1]
+        if any(node == s or node.startswith((s + "::", s + "[")) for s in _SLOW):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture
 def run_dir(tmp_path: Path) -> Path:
     """A fresh, not yet created run folder (rlsight creates it on setup)."""

@@ -164,6 +164,11 @@ class BatchingSpanProcessor(SpanProcessor):
         """Spans dropped so far, every reason together."""
         return sum(self.dropped.values())
 
+    @property
+    def queued(self) -> int:
+        """Spans waiting to be exported."""
+        return len(self._queue)
+
     def _run(self) -> None:
         while not self._stop.is_set():
             self._wake.wait(self._interval)

@@ -22,6 +22,7 @@ from rlsight.commands._exit import (
     EXIT_STALLED,
     EXIT_USAGE,
 )
+from rlsight.errors import RlsightError, StoreError
 
 __all__ = [
     "EXIT_BUG", "EXIT_INPUT", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_PROBLEMS", "EXIT_STALLED",
@@ -69,6 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"rlsight {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except RlsightError as exc:  # a documented error: its message names the thing and the fix
+        if args.debug:
+            traceback.print_exc()
+        print(f"rlsight {args.command}: {exc}", file=sys.stderr)
+        return EXIT_INPUT if isinstance(exc, StoreError) else EXIT_USAGE
     except OSError as exc:  # the disk or the OS, not rlsight: name the file
         if args.debug:
             traceback.print_exc()

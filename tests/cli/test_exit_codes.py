@@ -8,6 +8,7 @@ import pytest
 
 from rlsight.cli import EXIT_BUG, EXIT_USAGE, main
 from rlsight.commands import runs as runs_command
+from rlsight.errors import ConfigError
 
 
 def _explode(*_args: object) -> None:
@@ -30,6 +31,16 @@ class TestUnexpectedException:
         assert "this is a bug" in err
 
 
+def test_a_documented_rlsight_error_is_its_message_not_a_bug(tmp_path, monkeypatch, capsys):
+    def refuse(*_args: object) -> None:
+        raise ConfigError("TelemetryConfig.run_dir='x' is bad; pick another")
+
+    monkeypatch.setattr(runs_command, "list_runs", refuse)
+    assert main(["runs", str(tmp_path), "--json"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err == "rlsight runs: TelemetryConfig.run_dir='x' is bad; pick another\n"
+
+
 @pytest.mark.parametrize(("argv", "flag"), [
     (["report", "{missing}", "--html", "{nodir}/x.html"], "--html"),
     (["diff", "{missing}", "{missing}", "--html", "{nodir}/x.html"], "--html"),
@@ -49,6 +60,7 @@ _COMMANDS = [
     (["diff", "RUN", "RUN"], "diff", "analysis"),
     (["runs", "RUN"], "runs", "analysis"),
     (["demo", "--steps", "1"], "demo", "demo"),
+    (["export", "RUN", "--otlp-endpoint", "http://127.0.0.1:9", "--protocol", "grpc"], "export", "grpc"),
 ]
 
 
@@ -59,6 +71,7 @@ def test_a_missing_extra_is_one_message_and_code_for_every_command(
     # A None entry is how Python blocks an import: find_spec then reports the module missing.
     monkeypatch.setitem(sys.modules, "orjson", None)
     monkeypatch.setitem(sys.modules, "rich", None)
+    monkeypatch.setitem(sys.modules, "grpc", None)
     args = [str(tmp_path) if a == "RUN" else a for a in argv]
     assert main(args) == EXIT_USAGE
     err = capsys.readouterr().err.strip()

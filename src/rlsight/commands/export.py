@@ -3,7 +3,7 @@
 Every line of RUN_DIR's store (traces, then metrics) not yet accepted by this endpoint is sent
 in order; progress is kept in RUN_DIR/export/, so an interrupted export resumes with the same
 command and a finished one sends nothing twice. Exit codes: 0 everything sent; 1 the collector
-stopped the export (rerun to resume); 2 usage error; 3 RUN_DIR missing or not writable.
+stopped the export (rerun to resume); 2 usage error (also a missing extra); 3 RUN_DIR missing or not writable.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from rlsight.cli import EXIT_INPUT, EXIT_OK, EXIT_PROBLEMS
+from rlsight.commands._exit import EXIT_INPUT, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
+from rlsight.commands._extras import missing_extra
 
 __all__ = ["add_arguments", "run"]
 
@@ -28,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Export the run and print what was sent."""
+    if args.protocol == "grpc" and missing_extra("export", "grpc", extra="grpc"):
+        return EXIT_USAGE
     from rlsight.errors import StoreError
     from rlsight.render._format import terminal_safe
     from rlsight.store._replay import export_run

@@ -48,6 +48,11 @@ _SLOW = (
     "test_step_summary.py",  # hypothesis: online against offline goodput
     "store/test_store.py::TestAcrossProcesses",  # child writers, one killed mid-write
     "test_runtime.py::TestShutdown",  # hung collectors cost the shutdown budget
+    "store/test_writer_under_load.py",  # writer threads flat out, one process killed
+    "test_export.py",  # a stored run sent to a real collector, interrupted and resumed
+    "analysis/test_columnar.py::test_a_two_process_read_equals_a_serial_read",
+    "test_redaction.py::test_the_manifest_holds_no_secret_from_argv_or_config",  # a subprocess
+    "analysis/test_analysis_api.py::test_the_cli_help_imports_no_numpy_or_rich",  # a subprocess
     "test_engines.py::TestScrapeThreads",  # endpoints that stall past the scrape timeout
     "test_engines.py::TestFromUrl",
     "test_timers.py::test_the_docs_example_prints_what_the_page_says",  # a subprocess
@@ -60,14 +65,16 @@ _TESTS = Path(__file__).parent
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark tests that use Ray ``ray`` and those listed in ``_SLOW`` ``slow``.
+    """Mark tests that use Ray ``ray``, the rotel fixture ``collector``, ``_SLOW`` ``slow``.
 
     ``make test-fast`` leaves out both (and the browser, collector and Prometheus tests).
     """
     for item in items:
-        uses = _RAY_FIXTURES.intersection(getattr(item, "fixturenames", ()))
-        if uses and item.get_closest_marker("ray") is None:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & _RAY_FIXTURES and item.get_closest_marker("ray") is None:
             item.add_marker(pytest.mark.ray)
+        if "collector" in fixtures and item.get_closest_marker("collector") is None:
+            item.add_marker(pytest.mark.collector)
         node = item.path.relative_to(_TESTS).as_posix() + "::" + item.nodeid.split("::", 1)[-1]
         if any(node == s or node.startswith((s + "::", s + "[")) for s in _SLOW):
             item.add_marker(pytest.mark.slow)

@@ -15,7 +15,7 @@ from rlsight.store import read_spans
 
 pytest.importorskip("rotel")
 
-pytestmark = [pytest.mark.collector, pytest.mark.filterwarnings("ignore::ResourceWarning")]
+pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
 
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])

@@ -13,6 +13,7 @@ import functools
 import importlib
 import io
 import os
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -408,7 +409,16 @@ def test_checkpoints_are_written_into_the_run_folder(faulty: DemoRun) -> None:
 def test_the_progress_display_prints_one_line_per_step(faulty: DemoRun) -> None:
     lines = faulty.output.splitlines()
     assert [line.split()[1] for line in lines] == [f"{s}/{STEPS}" for s in range(1, STEPS + 1)]
-    assert all("s/step" in line and "reward" in line and "goodput so far" in line for line in lines)
+    assert all("s/step" in line and "reward" in line and "so far" in line for line in lines)
+
+
+def test_the_progress_lines_goodput_is_the_reports_per_step_goodput(faulty: DemoRun) -> None:
+    """The line quotes last_step_summary(): the report's own rule, step by step (#17)."""
+    printed = [int(re.search(r"goodput +(\d+)%", line).group(1))  # type: ignore[union-attr]
+               for line in faulty.output.splitlines()]
+    reported = [round(100 * s.buckets.fraction("productive")) for s in faulty.report.steps]
+    assert len(printed) == len(reported) == STEPS
+    assert all(abs(p - r) <= 1 for p, r in zip(printed, reported, strict=True)), (printed, reported)
 
 
 def test_an_already_initialised_cluster_is_left_running(faulty: DemoRun) -> None:

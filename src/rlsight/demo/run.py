@@ -42,6 +42,7 @@ from rlsight import (
     RlsightWarning,
     TelemetryConfig,
     job_span,
+    last_step_summary,
     ray_runtime_env,
     setup_span,
     setup_telemetry,
@@ -172,20 +173,32 @@ def _start_ray(config: TelemetryConfig) -> bool:
 
 @dataclass
 class _Progress:
-    """The numbers behind the per-step progress line."""
+    """The numbers behind the per-step progress line.
+
+    Goodput comes from :func:`rlsight.last_step_summary`, the driver's online roll-up of each
+    step by the report's own rule, so the line and ``rlsight report`` agree on every step.
+    """
 
     steps: int
     started: float = field(default_factory=time.perf_counter)
     productive_s: float = 0.0
-    first_validation: float | None = None
 
     def line(self, step: int, wall_s: float, scalars: dict[str, float]) -> str:
-        elapsed = time.perf_counter() - self.started
+        summary = last_step_summary()
         text = (
             f"step {step:>3}/{self.steps}  {wall_s:5.2f} s/step  "
             f"reward {scalars['rollout/reward_mean']:.3f}  "
-            f"goodput so far {self.productive_s / elapsed:4.0%}"
         )
+        if summary.get("rlsight/step") == step:
+            self.productive_s += summary["rlsight/productive_s"]
+            elapsed = time.perf_counter() - self.started
+            text += (f"goodput {summary['rlsight/goodput_pct'] / 100:4.0%} "
+                     f"(so far {self.productive_s / elapsed:4.0%})")
+            starved = summary.get("rlsight/idle/buffer_starvation_s")
+            if starved is not None:
+                text += f"  starved {starved:.2f}s"
+        else:  # telemetry off, or the step group disabled: no roll-up to quote
+            text += "goodput —"
         if "val/reward_mean" in scalars:
             text += f"  validation reward {scalars['val/reward_mean']:.3f}"
         if scalars.get("buffer/evicted_groups"):
@@ -195,20 +208,13 @@ class _Progress:
 
 def _run_step(
     step: int, settings: DemoSettings, fleet: Fleet, controller: Controller, run_dir: Path,
-    progress: _Progress,
 ) -> dict[str, float]:
     """One GRPO step; returns the step's logged scalars."""
     for (_, rank), at in settings.faults.kills.items():
         if at == step:
             fleet.kill_generation(rank)
-    t0 = time.perf_counter()
     result = controller.rollout(step)
-    t1 = time.perf_counter()
     scalars = fleet.train(step, result.rollout, result.rewards, settings.group_size)
-    t2 = time.perf_counter()
-    # The controller's productive time: its generation and reward phases (sync only: async
-    # rollouts run beside the trainer) and training.
-    progress.productive_s += (t2 - t1) + ((t1 - t0) if settings.mode == "sync" else 0.0)
     scalars["rollout/reward_mean"] = float(result.rewards.mean())
     scalars["rollout/generated_tokens"] = float(result.rollout.lengths.sum())
     scalars["reward/env_failures"] = float(result.env_failures)
@@ -302,7 +308,7 @@ def run_demo(
             for step in range(1, settings.steps + 1):
                 t0 = time.perf_counter()
                 with step_span(step, prompts=settings.prompts_per_step):
-                    scalars = _run_step(step, settings, fleet, controller, config.run_path, progress)
+                    scalars = _run_step(step, settings, fleet, controller, config.run_path)
                 wall_s = time.perf_counter() - t0
                 tee_step_metrics(step, scalars, denominator_s=wall_s)
                 print(progress.line(step, wall_s, scalars), file=stream, flush=True)

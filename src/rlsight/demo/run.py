@@ -195,7 +195,7 @@ class _Progress:
             text += (f"goodput {summary['rlsight/goodput_pct'] / 100:4.0%} "
                      f"(so far {self.productive_s / elapsed:4.0%})")
             starved = summary.get("rlsight/idle/buffer_starvation_s")
-            if starved is not None:
+            if starved is not None and starved >= 0.005:  # async: the trainer waited on data
                 text += f"  starved {starved:.2f}s"
         else:  # telemetry off, or the step group disabled: no roll-up to quote
             text += "goodput —"

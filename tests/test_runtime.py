@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -450,3 +453,35 @@ def test_setup_with_a_store_that_cannot_be_opened_is_a_config_error(tmp_path: Pa
     with pytest.raises(ConfigError, match="cannot open the local store"):
         rlsight.setup_telemetry(TelemetryConfig(run_dir=str(tmp_path)))
     assert rlsight.runtime.active_runtime() is None
+
+
+class TestManifestOwner:
+    """A second process calling setup_telemetry on a live driver's run keeps its manifest."""
+
+    @staticmethod
+    def _foreign_manifest(run_dir: Path, pid: int) -> None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "manifest.json").write_text(json.dumps(
+            {"store_format": 1, "run_id": "run-1", "host": socket.gethostname(), "pid": pid}))
+
+    def test_a_live_drivers_manifest_is_kept_with_one_warning(self, run_dir: Path) -> None:
+        driver = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            self._foreign_manifest(run_dir, driver.pid)
+            with pytest.warns(RlsightWarning, match=r"init_worker\(\)"):
+                setup_telemetry(_config(run_dir))
+            with span("training", "rl.train.policy"):
+                pass
+            shutdown_telemetry(timeout_ms=2000)
+            assert read_manifest(run_dir)["pid"] == driver.pid  # type: ignore[index]
+            assert [s.name for s in read_spans(run_dir).spans] == ["rl.train.policy"]
+        finally:
+            driver.kill()
+            driver.wait()
+
+    def test_a_dead_drivers_manifest_is_taken_over(self, run_dir: Path) -> None:
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()
+        self._foreign_manifest(run_dir, gone.pid)
+        setup_telemetry(_config(run_dir))
+        assert read_manifest(run_dir)["pid"] == os.getpid()  # type: ignore[index]

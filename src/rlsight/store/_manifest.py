@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from rlsight._redact import REDACTED, is_content, is_content_key, scrub, scrub_argv
+from rlsight.errors import warn_once
 
 if TYPE_CHECKING:
     from rlsight.config import TelemetryConfig
@@ -41,6 +42,18 @@ def write_manifest(
     """
     run_dir = config.run_path
     run_dir.mkdir(parents=True, exist_ok=True)
+    owner = _live_owner(run_dir)
+    if owner is not None:
+        # A second driver on one run (a process the driver launched that called
+        # setup_telemetry): the run stays the first driver's; this one writes spans only.
+        warn_once(
+            f"manifest-owner:{run_dir}",
+            f"rlsight: {run_dir} belongs to the driver with pid {owner} on this host; its "
+            "manifest.json is kept. A process the driver launches should call init_worker() "
+            "(docs/configuration.md), not setup_telemetry()",
+            stacklevel=3,
+        )
+        return run_dir / "manifest.json"
     cfg = asdict(config)
     # The manifest is a plain file anyone with the run folder reads: no secrets in it.
     cfg["resource_attributes"] = {
@@ -71,6 +84,23 @@ def write_manifest(
     tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
     os.replace(tmp, path)
     return path
+
+
+def _live_owner(run_dir: Path) -> int | None:
+    """The pid of another live process on this host that wrote ``run_dir``'s manifest."""
+    existing = read_manifest(run_dir)
+    if existing is None or existing.get("host") != socket.gethostname():
+        return None
+    pid = existing.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or pid == os.getpid():
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None  # that driver is gone: a restart of the run takes the folder over
+    except OSError:
+        pass  # alive, owned by another user
+    return pid
 
 
 def read_manifest(run_dir: Path | str) -> dict[str, Any] | None:

@@ -12,12 +12,13 @@ attributes sit under ``rl.slurm.``.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["accelerator_ids", "host_attributes"]
+__all__ = ["accelerator_ids", "host_attributes", "pid_alive"]
 
 #: Values of ``CUDA_VISIBLE_DEVICES`` that mean "no device" rather than a device id.
 _NO_DEVICE: Final = frozenset({"", "-1", "NoDevFiles", "none", "void"})
@@ -95,3 +96,14 @@ def accelerator_ids(env: Mapping[str, str]) -> tuple[str, ...]:
     if raw is None or raw.strip() in _NO_DEVICE:
         return ()
     return tuple(part.strip() for part in raw.split(",") if part.strip() and part.strip() not in _NO_DEVICE)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host (signal 0 checks without sending anything)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, under another user
+    return True

@@ -15,7 +15,6 @@ moment the store saw, so a dead run reads the same tomorrow as it did when it di
 from __future__ import annotations
 
 import dataclasses
-import os
 import socket
 import time
 from collections.abc import Mapping
@@ -25,6 +24,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from rlsight._host import pid_alive
 from rlsight.analysis.model import SCHEMA_VERSION, OpenSpan, PostMortem, ProcessState
 from rlsight.store._columnar import SpanColumns, read_span_columns
 from rlsight.store._live import LiveReadResult, StartRecord, read_live
@@ -229,16 +229,8 @@ class WatchSnapshot:
 
 
 def _alive(pid: int | None) -> bool | None:
-    """Whether ``pid`` runs on this host (signal 0 checks without sending anything)."""
-    if pid is None:
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # it exists, under another user
-    return True
+    """Whether ``pid`` runs on this host; ``None`` when the record named no pid."""
+    return None if pid is None else pid_alive(pid)
 
 
 def watch_snapshot(

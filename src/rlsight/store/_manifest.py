@@ -14,6 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from rlsight._host import pid_alive
 from rlsight._redact import REDACTED, is_content, is_content_key, scrub, scrub_argv
 from rlsight.errors import warn_once
 
@@ -94,13 +95,8 @@ def _live_owner(run_dir: Path) -> int | None:
     pid = existing.get("pid")
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or pid == os.getpid():
         return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None  # that driver is gone: a restart of the run takes the folder over
-    except OSError:
-        pass  # alive, owned by another user
-    return pid
+    # A driver that is gone leaves the folder to a restart of the run.
+    return pid if pid_alive(pid) else None
 
 
 def read_manifest(run_dir: Path | str) -> dict[str, Any] | None:

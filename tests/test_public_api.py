@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -74,3 +75,21 @@ def test_import_rlsight_pulls_in_no_heavy_dependency() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert json.loads(done.stdout) == []
+
+
+def test_import_rlsight_leaves_the_opentelemetry_sdk_for_setup(tmp_path: Path) -> None:
+    """The SDK (about a third of the import time) loads at ``setup_telemetry``, not at import:
+    a library that only instruments its code pays for the API alone."""
+    code = (
+        "import json, sys, rlsight\n"
+        "before = sorted(m for m in sys.modules if m.startswith('opentelemetry.sdk'))\n"
+        "rlsight.setup_telemetry(rlsight.TelemetryConfig(run_dir=sys.argv[1], span_groups=['rl']))\n"
+        "with rlsight.span(rlsight.RL.ROLLOUT, 'rl.rollout.collect'):\n"
+        "    pass\n"
+        "after = 'opentelemetry.sdk.trace' in sys.modules\n"
+        "rlsight.shutdown_telemetry()\n"
+        "print(json.dumps([before, after]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                          text=True, check=True, timeout=60)
+    assert json.loads(done.stdout.splitlines()[-1]) == [[], True]

@@ -234,7 +234,7 @@ class BatchingSpanProcessor(SpanProcessor):
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         """Export what is queued, in the caller's thread, within ``timeout_millis``."""
-        return _bounded(lambda: self._drain(time.monotonic() + timeout_millis / 1000),
+        return bounded(lambda: self._drain(time.monotonic() + timeout_millis / 1000),
                         timeout_millis / 1000)
 
     def shutdown(self, timeout_millis: int = 30_000) -> bool:  # type: ignore[override]
@@ -247,7 +247,7 @@ class BatchingSpanProcessor(SpanProcessor):
         done = self.force_flush(timeout_millis)
         if self._close is not None:  # release the exporter's session or channel
             close = self._close
-            _bounded(lambda: close() is None or True, max(0.0, deadline - time.monotonic()))
+            bounded(lambda: close() is None or True, max(0.0, deadline - time.monotonic()))
         with self._count_lock:
             # A batch an exporter still holds (a hung collector) was not delivered within
             # the budget either: count it now, and not again if the export ends later.
@@ -279,7 +279,7 @@ def span_size(span: ReadableSpan) -> int:
     return size
 
 
-def _bounded(fn: Callable[[], bool], timeout_s: float) -> bool:
+def bounded(fn: Callable[[], bool], timeout_s: float) -> bool:
     """Run ``fn`` in a daemon thread; give up waiting after ``timeout_s`` (it may go on)."""
     result: list[bool] = []
 

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 from rlsight import _host
 from rlsight import groups as _groups
-from rlsight._batching import BatchingSpanProcessor, _bounded, span_size
 from rlsight.config import TelemetryConfig
 from rlsight.errors import ConfigError, TelemetryStateError, warn_once
 
@@ -37,6 +36,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
     from opentelemetry.trace import Span, Tracer
 
+    from rlsight._batching import BatchingSpanProcessor
     from rlsight._lean import LeanStarter
     from rlsight._prometheus import PrometheusEndpoint
     from rlsight.store._ray_sink import ShippingSink, SinkStarter, StoreShipper
@@ -448,6 +448,7 @@ class Telemetry:
     def _build_local_store(self, tp: TracerProvider, stem: str) -> MetricReader:
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
+        from rlsight._batching import BatchingSpanProcessor
         from rlsight.store._exporters import LocalMetricExporter, span_writer
         from rlsight.store._otlp_json import prepare_span
         from rlsight.store._sink import FileSink
@@ -501,6 +502,7 @@ class Telemetry:
 
     def _build_start_records(self, tp: TracerProvider, path: Path) -> None:
         """Start records of long-lived spans (``rlsight watch``, the report's post-mortem)."""
+        from rlsight._batching import BatchingSpanProcessor
         from rlsight.store._live import process_line
         from rlsight.store._sink import FileSink
         from rlsight.store._start_writer import StartRecordProcessor, start_writer
@@ -544,6 +546,7 @@ class Telemetry:
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
         from opentelemetry.sdk.trace.export import SpanExportResult
 
+        from rlsight._batching import BatchingSpanProcessor, span_size
         from rlsight.store._exporters import delta_temporality
 
         timeout_s = max(1.0, min(10.0, self.config.shutdown_timeout_ms / 1000))
@@ -642,6 +645,8 @@ class Telemetry:
         with self._lock:
             if not self._materialized or self._shut_down:
                 return True
+            from rlsight._batching import bounded
+
             ok = True
             for proc in sorted(self._processors, key=lambda p: p.name != "store"):
                 ok = proc.force_flush(left_ms()) and ok
@@ -650,7 +655,7 @@ class Telemetry:
             for reader in (self._local_metric_reader, self._otlp_metric_reader):
                 if reader is not None:
                     flush = functools.partial(_flush_reader, reader, left_ms())
-                    ok = _bounded(flush, left_ms() / 1000) and ok
+                    ok = bounded(flush, left_ms() / 1000) and ok
             return ok
 
     # -- shutdown ---------------------------------------------------------------------------
@@ -680,6 +685,8 @@ class Telemetry:
             if self.watchdog is not None:
                 self.watchdog.stop(min(1.0, left_ms() / 1000))
             if self._materialized:
+                from rlsight._batching import bounded
+
                 # Everything bound for local disk first: a collector that hangs may take the
                 # rest of the budget, and must not leave the store's last metric points unwritten.
                 local = [p for p in self._processors if p.name == "store"]
@@ -689,19 +696,19 @@ class Telemetry:
                 self._metric_writer_stop.set()
                 if self._local_metric_reader is not None:
                     reader = self._local_metric_reader
-                    ok = _bounded(lambda: bool(reader.force_flush(left_ms())), left_ms() / 1000) and ok
+                    ok = bounded(lambda: bool(reader.force_flush(left_ms())), left_ms() / 1000) and ok
                 for proc in self._processors:
                     if proc not in local:
                         ok = proc.shutdown(left_ms()) and ok
                 mp, tp = self._meter_provider, self._tracer_provider
                 assert mp is not None and tp is not None
-                ok = _bounded(lambda: _shutdown_meters(mp, left_ms()), left_ms() / 1000) and ok
+                ok = bounded(lambda: _shutdown_meters(mp, left_ms()), left_ms() / 1000) and ok
                 endpoint = self._prometheus
                 if endpoint is not None:
-                    ok = _bounded(lambda: _quiet(endpoint.close), left_ms() / 1000) and ok
+                    ok = bounded(lambda: _quiet(endpoint.close), left_ms() / 1000) and ok
                 for extra in self._extra_processors:
-                    _bounded(functools.partial(_flush, extra, left_ms()), left_ms() / 1000)
-                ok = _bounded(lambda: _quiet(tp.shutdown), left_ms() / 1000) and ok
+                    bounded(functools.partial(_flush, extra, left_ms()), left_ms() / 1000)
+                ok = bounded(lambda: _quiet(tp.shutdown), left_ms() / 1000) and ok
                 for sink in self._sinks:
                     sink.close()
             exported = {p.name: p.exported for p in self._processors}

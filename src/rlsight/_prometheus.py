@@ -36,11 +36,11 @@ from opentelemetry.sdk.metrics.export import (
 )
 from prometheus_client import CollectorRegistry, start_http_server
 
+from rlsight._semconv import STEP
 from rlsight.store._exporters import delta_temporality
 
 __all__ = ["PrometheusEndpoint", "StepFoldingReader"]
 
-_STEP: Final = "rl.step"
 _CUMULATIVE: Final = AggregationTemporality.CUMULATIVE
 _AttrKey = tuple[tuple[str, Any], ...]
 
@@ -48,18 +48,18 @@ _AttrKey = tuple[tuple[str, Any], ...]
 def _key(attributes: Any) -> _AttrKey:
     return tuple(sorted(
         (k, tuple(v) if isinstance(v, (list, tuple)) else v)
-        for k, v in (attributes or {}).items() if k != _STEP
+        for k, v in (attributes or {}).items() if k != STEP
     ))
 
 
 def _step_of(point: NumberDataPoint) -> int:
-    step = (point.attributes or {}).get(_STEP, -1)
+    step = (point.attributes or {}).get(STEP, -1)
     return step if isinstance(step, int) else -1
 
 
 def _without_step(point: Any) -> Any:
     return dataclasses.replace(
-        point, attributes={k: v for k, v in (point.attributes or {}).items() if k != _STEP})
+        point, attributes={k: v for k, v in (point.attributes or {}).items() if k != STEP})
 
 
 def _add_histograms(total: HistogramDataPoint, more: HistogramDataPoint) -> HistogramDataPoint:

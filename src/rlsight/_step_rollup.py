@@ -25,8 +25,8 @@ from opentelemetry.trace import StatusCode
 
 from rlsight._instruments import InstrumentCache
 from rlsight._readable import span_attributes
+from rlsight._semconv import BUCKET, STEP, STEP_SPAN, THREAD_ID
 from rlsight.step_summary import (
-    BUCKET_ATTRIBUTE,
     CONTRIBUTOR_ATTRIBUTE,
     CONTRIBUTOR_BUCKETS,
     GOODPUT_CONTRIBUTOR_SECONDS,
@@ -46,8 +46,6 @@ if TYPE_CHECKING:
 
 __all__ = ["StepRollupProcessor"]
 
-_STEP: Final = "rl.step"
-_THREAD: Final = "thread.id"
 _INSTRUMENTS: Final = InstrumentCache()
 #: OTLP status code of each OTel status (a dict lookup; ``StatusCode.value`` is an enum
 #: property, several times slower, and this runs for every span of the step).
@@ -78,7 +76,7 @@ class StepRollupProcessor(SpanProcessor):
         sid = span.context.span_id
         with self._lock:
             self._open[sid] = span
-            if span.name == _STEP:
+            if span.name == STEP_SPAN:
                 self._open_steps[sid] = span.start_time or 0
 
     def on_end(self, span: ReadableSpan) -> None:
@@ -89,7 +87,7 @@ class StepRollupProcessor(SpanProcessor):
             self._open.pop(sid, None)
             is_step = self._open_steps.pop(sid, None) is not None
             if is_step or self._open_steps:
-                self._ended.append((sid, span_attributes(span).get(_THREAD), span))
+                self._ended.append((sid, span_attributes(span).get(THREAD_ID), span))
             if not is_step:
                 return
             chosen = self._step_spans(sid, span)
@@ -102,7 +100,7 @@ class StepRollupProcessor(SpanProcessor):
 
     def _step_spans(self, step_id: int, step: ReadableSpan) -> dict[int, ReadableSpan]:
         """The step's timeline inside its window, plus the ancestors of all of them, by id."""
-        thread = span_attributes(step).get(_THREAD)
+        thread = span_attributes(step).get(THREAD_ID)
         lo, hi = step.start_time or 0, step.end_time or 0
         chosen: dict[int, ReadableSpan] = {}
         by_id: dict[int, ReadableSpan] = {}
@@ -114,7 +112,7 @@ class StepRollupProcessor(SpanProcessor):
         # Spans still open on the step's thread that began inside its window (async tasks
         # that outlive the step) cover the rest of the window, as the report will see.
         for sid, s in self._open.items():
-            if (s.start_time or 0) < hi and span_attributes(s).get(_THREAD) == thread:
+            if (s.start_time or 0) < hi and span_attributes(s).get(THREAD_ID) == thread:
                 chosen[sid] = s
         stack = list(chosen.values())
         while stack:
@@ -162,9 +160,9 @@ def _record(runtime: Telemetry, result: StepGoodput, summary: dict[str, float]) 
     counter = _INSTRUMENTS.counter(
         meter, GOODPUT_SECONDS, "s", "Seconds of each step in each goodput bucket (driver timeline).")
     for bucket in SUMMARY_BUCKETS:
-        counter.add(summary[f"{SUMMARY_PREFIX}{bucket}_s"], {_STEP: step, BUCKET_ATTRIBUTE: bucket})
+        counter.add(summary[f"{SUMMARY_PREFIX}{bucket}_s"], {STEP: step, BUCKET: bucket})
     _INSTRUMENTS.gauge(meter, GOODPUT_PCT, "%", "Productive share of the step's wall time.").set(
-        summary[f"{SUMMARY_PREFIX}goodput_pct"], {_STEP: step})
+        summary[f"{SUMMARY_PREFIX}goodput_pct"], {STEP: step})
     contributor = _INSTRUMENTS.counter(
         meter, GOODPUT_CONTRIBUTOR_SECONDS, "s",
         "Seconds of each step a span name (or efficiency category) decided, by bucket.")
@@ -173,4 +171,4 @@ def _record(runtime: Telemetry, result: StepGoodput, summary: dict[str, float]) 
     for c in result.contributors:
         if c.bucket in CONTRIBUTOR_BUCKETS:
             contributor.add(c.attributed_ns / 1e9, {
-                _STEP: step, BUCKET_ATTRIBUTE: c.bucket, CONTRIBUTOR_ATTRIBUTE: span_label(c.name)})
+                STEP: step, BUCKET: c.bucket, CONTRIBUTOR_ATTRIBUTE: span_label(c.name)})

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
+from rlsight._semconv import DISCARD_COUNT, DISCARD_GROUP_IDS, DISCARD_REASON, DISCARD_SPAN
 from rlsight.groups import _GATE, RL
 from rlsight.spans import _LiveSpan
 
@@ -48,9 +49,9 @@ def discard(group_ids: Iterable[str | int] | str | int, reason: str, /) -> None:
             raise ValueError(f"discard(): group id {gid!r} must be a str or an int (the group_id "
                              "the discarded work's spans carry)")
     attrs = {
-        "rl.discard.group_ids": tuple(str(g) for g in ids),
-        "rl.discard.reason": reason,
-        "rl.discard.count": len(ids),
+        DISCARD_GROUP_IDS: tuple(str(g) for g in ids),
+        DISCARD_REASON: reason,
+        DISCARD_COUNT: len(ids),
     }
-    with _LiveSpan(_GROUP, "rl.discard", attrs, clean=False):
+    with _LiveSpan(_GROUP, DISCARD_SPAN, attrs, clean=False):
         pass

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal, NamedTuple, Protocol, TypeAlias
 
 from rlsight._instruments import InstrumentCache
+from rlsight._semconv import RUN_ID, STAGE, STEP, WORKER_GROUP
 from rlsight.config import TelemetryConfig
 from rlsight.errors import warn_once
 from rlsight.groups import RL, is_span_group_enabled
@@ -789,7 +790,7 @@ def record_engine_deltas(
 def _record_engine_deltas(
     meter: Meter, step: int, deltas: Mapping[EngineSeries, EngineValue], engine: str
 ) -> None:
-    base: dict[str, AttributeValue] = {"rl.step": step, "rl.engine.name": engine}
+    base: dict[str, AttributeValue] = {STEP: step, "rl.engine.name": engine}
     for series, value in deltas.items():
         spec = _SPECS.get(series.name)
         if spec is None:
@@ -860,7 +861,7 @@ def native_tracing_env(
     endpoint = config.otlp_signal_endpoint("traces")
     if not (config.engine_native_tracing and endpoint and is_span_group_enabled(RL.ENGINE)):
         return {}
-    attributes = {"rl.run.id": config.run_id, "rl.worker_group": worker_group, "rl.stage": "rl"}
+    attributes = {RUN_ID: config.run_id, WORKER_GROUP: worker_group, STAGE: "rl"}
     return {
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint,
         "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": config.otlp_protocol,

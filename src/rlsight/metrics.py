@@ -31,6 +31,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 from rlsight._instruments import InstrumentCache
+from rlsight._semconv import EFFICIENCY_CATEGORY, EFFICIENCY_MEASUREMENT, STEP
 from rlsight.errors import MetricSpecError, warn_once
 from rlsight.runtime import active_runtime
 
@@ -46,7 +47,6 @@ __all__ = [
     "EFFICIENCY_PCT",
     "EFFICIENCY_SECONDS",
     "SKIPPED",
-    "STEP_ATTRIBUTE",
     "WINDOW_ATTRIBUTE",
     "MetricKind",
     "MetricSpec",
@@ -62,17 +62,12 @@ __all__ = [
 MetricKind: TypeAlias = Literal["gauge", "counter", "histogram"]
 _KINDS: Final = ("gauge", "counter", "histogram")
 
-#: Attribute the tee puts on every point: the training step.
-STEP_ATTRIBUTE: Final = "rl.step"
 #: Attribute the tee puts on every point: ``step`` (this step only) or ``run`` (run so far).
 WINDOW_ATTRIBUTE: Final = "rl.window"
 #: Seconds spent in each efficiency category during the step (counter).
 EFFICIENCY_SECONDS: Final = "rl.efficiency.seconds"
 #: Share of the window's wall time spent in each efficiency category, in percent (gauge).
 EFFICIENCY_PCT: Final = "rl.efficiency.pct"
-_CATEGORY: Final = "rl.efficiency.category"
-#: How the seconds were measured: ``span`` (an efficiency span) or ``reported``.
-_MEASUREMENT: Final = "rl.efficiency.measurement"
 #: Declared values that were not recorded, by ``rl.metric.name`` and ``rl.metric.reason``
 #: (``missing``, ``not_a_number``, ``not_finite``, ``negative``) (counter).
 SKIPPED: Final = "rl.metrics.skipped"
@@ -415,7 +410,7 @@ def tee_step_metrics(
         return
     try:
         meter = runtime.meter
-        attributes: dict[str, AttributeValue] = {STEP_ATTRIBUTE: step, WINDOW_ATTRIBUTE: window}
+        attributes: dict[str, AttributeValue] = {STEP: step, WINDOW_ATTRIBUTE: window}
         for group in tuple(_GROUPS):
             _record_group(meter, group, values, attributes)
         _record_efficiency(runtime, meter, step, denominator_s)
@@ -456,7 +451,7 @@ def _record_efficiency(
         category, measurement = key
         seconds = drained.get(key, 0.0)
         attributes: dict[str, str | int] = {
-            STEP_ATTRIBUTE: step, _CATEGORY: category, _MEASUREMENT: measurement,
+            STEP: step, EFFICIENCY_CATEGORY: category, EFFICIENCY_MEASUREMENT: measurement,
         }
         seconds_counter.add(seconds, attributes)
         share = seconds if pct_window == "step" else run.seconds[key]
@@ -550,7 +545,7 @@ def _is_amount(value: object, arg: str) -> bool:
 
 # -- docs ---------------------------------------------------------------------------------------
 
-_TEE_ATTRIBUTES: Final = f"`{STEP_ATTRIBUTE}`, `{WINDOW_ATTRIBUTE}` (when teed)"
+_TEE_ATTRIBUTES: Final = f"`{STEP}`, `{WINDOW_ATTRIBUTE}` (when teed)"
 
 
 def _builtin_rows() -> list[list[str]]:
@@ -559,11 +554,12 @@ def _builtin_rows() -> list[list[str]]:
 
     engine_attrs = "`rl.step`, `rl.engine.name`"
     rows = [
-        [f"`{EFFICIENCY_SECONDS}`", "counter", "`s`", f"`rl.step`, `{_CATEGORY}`, `{_MEASUREMENT}`",
+        [f"`{EFFICIENCY_SECONDS}`", "counter", "`s`",
+         f"`rl.step`, `{EFFICIENCY_CATEGORY}`, `{EFFICIENCY_MEASUREMENT}`",
          "—", "Seconds in each efficiency category during the step (`tee_step_metrics`); "
          "`rl.efficiency.measurement` is `span` or `reported` (`record_efficiency_seconds`)."],
         [f"`{EFFICIENCY_PCT}`", "gauge", "`%`",
-         f"`rl.step`, `{_CATEGORY}`, `{_MEASUREMENT}`, `rl.window`", "—",
+         f"`rl.step`, `{EFFICIENCY_CATEGORY}`, `{EFFICIENCY_MEASUREMENT}`, `rl.window`", "—",
          "Share of the window's wall time in the category; `rl.window` says step or run."],
         [f"`{SKIPPED}`", "counter", "`{point}`", f"`{_NAME}`, `{_REASON}`, + the record's", "—",
          "Declared values left out (reason `missing`, `not_a_number`, `not_finite`, "

@@ -26,6 +26,19 @@ from typing import TYPE_CHECKING, Any, Final
 
 from rlsight import _host
 from rlsight import groups as _groups
+from rlsight._semconv import (
+    ALGORITHM,
+    DEVICES,
+    HOST_NAME,
+    PROCESS_PID,
+    RANK,
+    RUN_ID,
+    SERVICE_INSTANCE_ID,
+    SERVICE_NAME,
+    STAGE,
+    WORKER_GROUP,
+    WORLD_SIZE,
+)
 from rlsight.config import TelemetryConfig
 from rlsight.errors import ConfigError, TelemetryStateError, warn_once
 
@@ -64,11 +77,11 @@ ENV_DEVICES: Final = "RLSIGHT_DEVICES"
 #: (env var, resource attribute, default, meaning) of each identity variable; per process,
 #: so not part of the run-wide config. docs/configuration.md's identity table comes from here.
 IDENTITY_ENV: Final = (
-    (ENV_WORKER_GROUP, "rl.worker_group", "`worker` (`driver` in `setup_telemetry`)",
+    (ENV_WORKER_GROUP, WORKER_GROUP, "`worker` (`driver` in `setup_telemetry`)",
      "Which fleet the process belongs to; Ray actors default to their class name."),
-    (ENV_RANK, "rl.rank", "`0`", "The process's rank within its worker group."),
-    (ENV_WORLD_SIZE, "rl.world_size", "`1`", "How many ranks the worker group has."),
-    (ENV_DEVICES, "rl.devices",
+    (ENV_RANK, RANK, "`0`", "The process's rank within its worker group."),
+    (ENV_WORLD_SIZE, WORLD_SIZE, "`1`", "How many ranks the worker group has."),
+    (ENV_DEVICES, DEVICES,
      "the GPUs Ray assigned the process, else the ids in `CUDA_VISIBLE_DEVICES`; unset when none "
      "(the analysis counts 1)",
      "Accelerators the process drives; weights its fleet in utilisation."),
@@ -301,18 +314,18 @@ class Telemetry:
         ident = self._identity
         pid = os.getpid()
         attrs: dict[str, Any] = {
-            "service.name": self.config.service_name,
-            "service.instance.id": f"{self.config.run_id}/{ident.worker_group}/{ident.rank}/{pid}",
-            "rl.run.id": self.config.run_id,
-            "rl.rank": ident.rank,
-            "rl.world_size": ident.world_size,
-            "rl.worker_group": ident.worker_group,
-            "rl.stage": "rl",
-            "process.pid": pid,
-            "host.name": socket.gethostname(),
+            SERVICE_NAME: self.config.service_name,
+            SERVICE_INSTANCE_ID: f"{self.config.run_id}/{ident.worker_group}/{ident.rank}/{pid}",
+            RUN_ID: self.config.run_id,
+            RANK: ident.rank,
+            WORLD_SIZE: ident.world_size,
+            WORKER_GROUP: ident.worker_group,
+            STAGE: "rl",
+            PROCESS_PID: pid,
+            HOST_NAME: socket.gethostname(),
         }
         if self.config.algorithm:
-            attrs["rl.algorithm"] = self.config.algorithm
+            attrs[ALGORITHM] = self.config.algorithm
         attrs.update(_host.host_attributes(os.environ))
         accelerators = _host.accelerator_ids(os.environ)
         if accelerators:
@@ -320,7 +333,7 @@ class Telemetry:
             attrs["hw.id"] = list(accelerators)
         devices = ident.devices if ident.devices is not None else (len(accelerators) or None)
         if devices is not None:
-            attrs["rl.devices"] = devices
+            attrs[DEVICES] = devices
         attrs.update(self.config.resource_attributes)
         attrs.update(ident.resource_attributes)
         return attrs

@@ -30,6 +30,20 @@ from opentelemetry.trace import Span, Status, StatusCode
 from rlsight import runtime as _runtime
 from rlsight._redact import REDACTED, REDACTED_KEYS, is_content, is_content_key, scrub
 from rlsight._resume import attached_agen_function, attached_gen
+from rlsight._semconv import (
+    BUCKET,
+    CONCURRENT,
+    EFFICIENCY_CATEGORY,
+    EFFICIENCY_MEASUREMENT,
+    EFFICIENCY_SPAN_PREFIX,
+    JOB_SPAN,
+    LOAD_MODEL_SPAN,
+    SETUP_SPAN_PREFIX,
+    SPAN_GROUP,
+    STARTUP_SPAN,
+    STEP_SPAN,
+    THREAD_ID,
+)
 from rlsight.buckets import Bucket, _bucket_override, _per_prompt
 from rlsight.errors import warn_once
 from rlsight.groups import _GATE, RL
@@ -161,7 +175,7 @@ class _LiveSpan:
         self._category = category
         if umbrella:
             self._bucket = None
-            if attrs and ("bucket" in attrs or "rl.bucket" in attrs):
+            if attrs and ("bucket" in attrs or BUCKET in attrs):
                 _warn_umbrella_bucket(group, name)
         elif bucket is not None:
             self._bucket = bucket
@@ -202,14 +216,14 @@ class _LiveSpan:
                 attrs = _clean_attributes(self._attrs)
             else:  # cleaned once when a decorator was applied
                 attrs = dict(self._attrs)
-            attrs["rl.span_group"] = group
-            attrs["thread.id"] = threading.get_native_id()
+            attrs[SPAN_GROUP] = group
+            attrs[THREAD_ID] = threading.get_native_id()
             if bucket is not None:
-                attrs["rl.bucket"] = bucket.value
-            elif "rl.bucket" in attrs:  # an invalid explicit value (warned) or an umbrella's
-                del attrs["rl.bucket"]
+                attrs[BUCKET] = bucket.value
+            elif BUCKET in attrs:  # an invalid explicit value (warned) or an umbrella's
+                del attrs[BUCKET]
             if self._category is not None:
-                attrs["rl.efficiency.category"] = self._category
+                attrs[EFFICIENCY_CATEGORY] = self._category
             self._span = rt._start_span(self._name, attrs, start_time)
         except Exception as exc:
             rt.report_internal_error("span-start", exc)
@@ -280,7 +294,7 @@ class _LiveSpan:
 
 def _explicit_bucket(attrs: Mapping[str, Any], name: str) -> Bucket | None:
     """The bucket a caller set with ``bucket=`` (or ``rl.bucket``); warns once if invalid."""
-    raw = attrs.get("bucket", attrs.get("rl.bucket"))
+    raw = attrs.get("bucket", attrs.get(BUCKET))
     if raw is None:
         return None
     try:
@@ -413,21 +427,21 @@ def job_span(**attributes: Any) -> _LiveSpan | _NoopSpan:
     """The run's root span, ``rl.job``; open it once in the driver around everything."""
     if RL.JOB not in _GATE.enabled:
         return _NOOP
-    return _LiveSpan(RL.JOB, "rl.job", attributes, umbrella=True)
+    return _LiveSpan(RL.JOB, JOB_SPAN, attributes, umbrella=True)
 
 
 def startup_span() -> _LiveSpan | _NoopSpan:
     """``rl.startup``: the umbrella over everything before step 1 (Ray init, workers, fill)."""
     if RL.STARTUP not in _GATE.enabled:
         return _NOOP
-    return _LiveSpan(RL.STARTUP, "rl.startup", None, umbrella=True)
+    return _LiveSpan(RL.STARTUP, STARTUP_SPAN, None, umbrella=True)
 
 
 class _StepSpan(_LiveSpan):
     __slots__ = ("_step",)
 
     def __init__(self, step: int, attrs: Mapping[str, Any]) -> None:
-        super().__init__(RL.STEP, "rl.step", attrs, umbrella=True)
+        super().__init__(RL.STEP, STEP_SPAN, attrs, umbrella=True)
         self._step = step
 
     def start(self, start_time: int | None = None) -> Span | None:
@@ -476,7 +490,7 @@ def load_model_span(backend: str, /, **attributes: Any) -> _LiveSpan | _NoopSpan
     if RL.SETUP not in _GATE.enabled:
         return _NOOP
     attributes["backend"] = backend
-    return _LiveSpan(RL.SETUP, "rl.worker.load_model", attributes, umbrella=True)
+    return _LiveSpan(RL.SETUP, LOAD_MODEL_SPAN, attributes, umbrella=True)
 
 
 class _SetupSpan:
@@ -486,7 +500,7 @@ class _SetupSpan:
 
     def __init__(self, phase: str) -> None:
         self._phase = phase
-        self._inner = _LiveSpan(RL.SETUP, "rl.setup." + phase, None, umbrella=True)
+        self._inner = _LiveSpan(RL.SETUP, SETUP_SPAN_PREFIX + phase, None, umbrella=True)
         self._t0 = 0.0
 
     def __enter__(self) -> Span:
@@ -578,7 +592,7 @@ def declare_efficiency_categories(*categories: str, bucketed: bool = True) -> No
                 f"efficiency category {category!r} is declared with bucketed=False but its prefix "
                 f"is the bucket {prefix!r}; drop bucketed=False or pick another prefix"
             )
-        name = "rl.efficiency." + category.replace("/", ".")
+        name = EFFICIENCY_SPAN_PREFIX + category.replace("/", ".")
         with _EFFICIENCY_LOCK:
             _EFFICIENCY[category] = (name, Bucket(prefix) if bucketed else None)
 
@@ -627,8 +641,8 @@ def efficiency_span(category: str, *, concurrent: bool = False) -> _LiveSpan | _
                      bucket=bucket, category=category)
 
 
-_SPAN_MEASUREMENT: Final = {"rl.efficiency.measurement": "span"}
-_CONCURRENT_MEASUREMENT: Final = {**_SPAN_MEASUREMENT, "rl.concurrent": True}
+_SPAN_MEASUREMENT: Final = {EFFICIENCY_MEASUREMENT: "span"}
+_CONCURRENT_MEASUREMENT: Final = {**_SPAN_MEASUREMENT, CONCURRENT: True}
 
 
 def record_efficiency_seconds(category: str, seconds: float) -> None:

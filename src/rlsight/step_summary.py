@@ -46,8 +46,7 @@ GOODPUT_SECONDS: Final = "rl.goodput.seconds"
 GOODPUT_PCT: Final = "rl.goodput.pct"
 #: Seconds of each step a span name decided, by ``rl.bucket`` and ``rl.contributor`` (counter).
 GOODPUT_CONTRIBUTOR_SECONDS: Final = "rl.goodput.contributor.seconds"
-#: Metric attributes of the goodput metrics (besides ``rl.step``).
-BUCKET_ATTRIBUTE: Final = "rl.bucket"
+#: Metric attribute of the goodput metrics (besides ``rl.step`` and ``rl.bucket``).
 CONTRIBUTOR_ATTRIBUTE: Final = "rl.contributor"
 
 

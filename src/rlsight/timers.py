@@ -23,6 +23,7 @@ from typing import Concatenate, Final, Generic, ParamSpec, TypeVar
 
 from opentelemetry.trace import Span
 
+from rlsight._semconv import TIMER_SPAN_PREFIX
 from rlsight.errors import RlsightWarning
 from rlsight.spans import _NOOP, _LiveSpan, _NoopSpan, span
 
@@ -30,8 +31,6 @@ __all__ = ["TimerBridge"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
-
-_PREFIX: Final = "rl.timer."
 
 
 class _Timed:
@@ -113,7 +112,7 @@ class TimerBridge:
         table: dict[str, tuple[str, str]] = {}
         for label, target in labels.items():
             if isinstance(target, str):
-                table[label] = (target, _PREFIX + label)
+                table[label] = (target, TIMER_SPAN_PREFIX + label)
             elif isinstance(target, tuple) and len(target) == 2 and all(isinstance(t, str) for t in target):
                 table[label] = (target[0], target[1])
             else:

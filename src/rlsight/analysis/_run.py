@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from rlsight._semconv import ALGORITHM, RUN_ID
 from rlsight.analysis._steps import find_steps
 from rlsight.analysis._table import SpanTable, build_table
 from rlsight.analysis.engine import engine_throughput
@@ -165,9 +166,9 @@ def analyze_columns(
         per_step, catalog_note = per_step_catalog(manifest)
     summary = RunSummary(
         run_id=str(manifest["run_id"]) if manifest.get("run_id") else _most_common(
-            r.get("rl.run.id") for r in resources),
+            r.get(RUN_ID) for r in resources),
         algorithm=str(manifest["algorithm"]) if manifest.get("algorithm") else _most_common(
-            r.get("rl.algorithm") for r in resources),
+            r.get(ALGORITHM) for r in resources),
         start_unix_ns=run.start,
         end_unix_ns=run.end,
         buckets=run.buckets,

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from rlsight.analysis._table import STEP_SPAN, SpanTable
+from rlsight._semconv import STEP_SPAN
+from rlsight.analysis._table import SpanTable
 from rlsight.store._columnar import NO_STEP
 
 __all__ = ["Steps", "find_steps"]

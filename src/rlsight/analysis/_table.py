@@ -16,16 +16,16 @@ from typing import Final, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
+from rlsight._semconv import DEVICES, RANK, SERVICE_NAME, STEP_SPAN, WORKER_GROUP
 from rlsight.analysis.model import Timeline
 from rlsight.store._columnar import SpanColumns
 from rlsight.store._schema import AttributeValue
 
-__all__ = ["STEP_SPAN", "Rank", "SpanTable", "build_table", "int_attribute"]
+__all__ = ["Rank", "SpanTable", "build_table", "int_attribute"]
 
 I64 = NDArray[np.int64]
 _D = TypeVar("_D")
 
-STEP_SPAN: Final = "rl.step"
 #: Pointer-jumping rounds: enough for trees 2**48 deep; more means a parent cycle.
 _MAX_JUMPS: Final = 48
 
@@ -87,9 +87,9 @@ class SpanTable:
 
 
 def _rank_of(resource: Mapping[str, AttributeValue]) -> Rank:
-    group = resource.get("rl.worker_group", resource.get("service.name", "unknown"))
-    rank = int_attribute(resource.get("rl.rank"), 0)
-    return Rank(str(group), rank, max(0, int_attribute(resource.get("rl.devices"), 1)))
+    group = resource.get(WORKER_GROUP, resource.get(SERVICE_NAME, "unknown"))
+    rank = int_attribute(resource.get(RANK), 0)
+    return Rank(str(group), rank, max(0, int_attribute(resource.get(DEVICES), 1)))
 
 
 def int_attribute(value: object, default: _D) -> int | _D:

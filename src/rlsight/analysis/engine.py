@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final
 
+from rlsight._semconv import SERVICE_INSTANCE_ID, STEP
 from rlsight.analysis._steps import Steps
 from rlsight.analysis._table import int_attribute
 from rlsight.analysis.model import Engine, EngineStep
@@ -40,19 +41,19 @@ def _step_totals(
     for p in points:
         if p.name != name or p.value is None:
             continue
-        step = int_attribute(p.attributes.get("rl.step"), None)
+        step = int_attribute(p.attributes.get(STEP), None)
         if step is None:
             continue
         key_label = str(p.attributes.get(label, "")) if label else ""
         if p.temporality == _DELTA:
             summed[(step, key_label)] = summed.get((step, key_label), 0.0) + float(p.value)
             continue
-        key = (str(p.resource.get("service.instance.id", "")), tuple(sorted(p.attributes.items())))
+        key = (str(p.resource.get(SERVICE_INSTANCE_ID, "")), tuple(sorted(p.attributes.items())))
         if key not in latest or p.time_ns >= latest[key][0]:
             latest[key] = (p.time_ns, float(p.value))
     for (_, attrs), (_, value) in latest.items():
         named = dict(attrs)
-        step = int_attribute(named["rl.step"], None)
+        step = int_attribute(named[STEP], None)
         assert step is not None
         key_label = str(named.get(label, "")) if label else ""
         summed[(step, key_label)] = summed.get((step, key_label), 0.0) + value

@@ -20,11 +20,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import numpy as np
 
 from rlsight._host import pid_alive
+from rlsight._semconv import HOST_NAME, JOB_SPAN, PROCESS_PID, RANK, RUN_ID, STEP_SPAN, WORKER_GROUP
 from rlsight.analysis.model import SCHEMA_VERSION, OpenSpan, PostMortem, ProcessState
 from rlsight.store._columnar import SpanColumns, read_span_columns
 from rlsight.store._live import LiveReadResult, StartRecord, read_live
@@ -39,9 +40,6 @@ __all__ = [
     "process_states",
     "watch_snapshot",
 ]
-
-_JOB: Final = "rl.job"
-_STEP: Final = "rl.step"
 
 
 def _hex(span_id: str) -> int:
@@ -81,7 +79,7 @@ def _int(value: AttributeValue | None) -> int | None:
 
 
 def _label(start: StartRecord) -> str:
-    return f"{start.name} {start.step}" if start.step is not None and start.name == _STEP else start.name
+    return f"{start.name} {start.step}" if start.step is not None and start.name == STEP_SPAN else start.name
 
 
 def process_states(
@@ -135,7 +133,7 @@ def process_states(
             name=s.name, group=s.group, trace_id=s.trace_id, span_id=s.span_id,
             parent_span_id=s.parent_span_id, thread=s.thread_id, start_unix_ns=s.start_ns,
             age_ns=age, chain=chain[::-1], step=s.step, median_ns=median, threshold_ns=threshold,
-            stalled=is_leaf and s.name != _JOB and age > threshold,
+            stalled=is_leaf and s.name != JOB_SPAN and age > threshold,
         )
         per_process.setdefault(s.process, []).append(item)
         if is_leaf:
@@ -150,7 +148,7 @@ def process_states(
 
     def rank_label(key: str) -> str:
         res = resources.get(key, {})
-        return f"{res.get('rl.worker_group', '?')}/{res.get('rl.rank', '?')}"
+        return f"{res.get(WORKER_GROUP, '?')}/{res.get(RANK, '?')}"
 
     states = []
     for key in sorted(set(resources) | set(per_process)):
@@ -162,9 +160,9 @@ def process_states(
         live_proc = live.processes.get(key)
         last_name, last_end = last.get(key, (None, None))
         states.append(ProcessState(
-            process=key, worker_group=str(res.get("rl.worker_group", "?")),
-            rank=_int(res.get("rl.rank")) or 0, pid=_int(res.get("process.pid")),
-            host=str(res["host.name"]) if "host.name" in res else None,
+            process=key, worker_group=str(res.get(WORKER_GROUP, "?")),
+            rank=_int(res.get(RANK)) or 0, pid=_int(res.get(PROCESS_PID)),
+            host=str(res[HOST_NAME]) if HOST_NAME in res else None,
             clean_shutdown=live_proc is not None and live_proc.shutdown_ns is not None,
             open=spans, innermost=innermost, stalled=bool(stalled),
             last_span=last_name, last_end_unix_ns=last_end,
@@ -255,10 +253,10 @@ def watch_snapshot(
     states = [dataclasses.replace(p, alive=_alive(p.pid)) if p.host == host else p
               for p in process_states(cols, live, now_ns=now, k=k, min_age_s=min_age_s)]
     manifest = read_manifest(run_dir) or {}
-    step_index = cols.names.index(_STEP) if _STEP in cols.names else -1
+    step_index = cols.names.index(STEP_SPAN) if STEP_SPAN in cols.names else -1
     step_mask = cols.name == step_index
     step_numbers = [int(n) for n in cols.step_no[step_mask]]
-    step_numbers += [s.step for s in live.starts if s.name == _STEP and s.step is not None]
+    step_numbers += [s.step for s in live.starts if s.name == STEP_SPAN and s.step is not None]
     durations = (cols.end - cols.start)[step_mask]
     goodput = None
     if len(cols):
@@ -269,7 +267,7 @@ def watch_snapshot(
     return WatchSnapshot(
         run_dir=str(run_dir), now_unix_ns=now,
         run_id=str(manifest["run_id"]) if manifest.get("run_id") else _most_common(
-            r.get("rl.run.id") for r in [*cols.resources, *(p.resource for p in live.processes.values())]),
+            r.get(RUN_ID) for r in [*cols.resources, *(p.resource for p in live.processes.values())]),
         steps=int(step_mask.sum()), last_step=max(step_numbers, default=None),
         median_step_ns=float(np.median(durations)) if len(durations) else None,
         last_step_end_unix_ns=int(cols.end[step_mask].max()) if step_mask.any() else None,

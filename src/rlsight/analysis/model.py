@@ -19,6 +19,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Final, Union
 
+from rlsight._semconv import EFFICIENCY_SPAN_PREFIX
+
 __all__ = [
     "BUCKET_NAMES",
     "SCHEMA_VERSION",
@@ -67,9 +69,8 @@ BUCKET_NAMES: Final = ("productive", "wasted", "overhead", "idle")
 def span_label(name: str) -> str:
     """A span name as reports and step summaries show it: efficiency spans by their category
     (``rl.efficiency.idle.buffer_starvation`` -> ``idle/buffer_starvation``), as declared."""
-    prefix = "rl.efficiency."
-    if name.startswith(prefix):
-        bucket, _, reason = name[len(prefix):].partition(".")
+    if name.startswith(EFFICIENCY_SPAN_PREFIX):
+        bucket, _, reason = name[len(EFFICIENCY_SPAN_PREFIX):].partition(".")
         if reason:
             return f"{bucket}/{reason}"
     return name

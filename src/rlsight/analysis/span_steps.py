@@ -13,9 +13,10 @@ from typing import Final
 
 import numpy as np
 
+from rlsight._semconv import STEP_SPAN
 from rlsight.analysis._intervals import covered_length
 from rlsight.analysis._steps import Steps
-from rlsight.analysis._table import STEP_SPAN, SpanTable
+from rlsight.analysis._table import SpanTable
 from rlsight.analysis.model import SpanStepStat
 
 __all__ = ["MAX_SPAN_STEP_NAMES", "span_steps"]

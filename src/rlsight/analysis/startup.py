@@ -9,20 +9,15 @@ per worker group (the slowest rank, which is when the group is ready).
 
 from __future__ import annotations
 
-from typing import Final
-
 import numpy as np
 
+from rlsight._semconv import BACKEND, LOAD_MODEL_SPAN, SETUP_SPAN_PREFIX, STARTUP_SPAN
 from rlsight.analysis._intervals import covered_length
 from rlsight.analysis._steps import Steps
 from rlsight.analysis._table import SpanTable
 from rlsight.analysis.model import LoadModel, LoadModelGroup, PhaseTotal, SetupPhase, Startup
 
-__all__ = ["LOAD_MODEL_SPAN", "SETUP_PREFIX", "STARTUP_SPAN", "startup"]
-
-SETUP_PREFIX: Final = "rl.setup."
-STARTUP_SPAN: Final = "rl.startup"
-LOAD_MODEL_SPAN: Final = "rl.worker.load_model"
+__all__ = ["startup"]
 
 
 def startup(table: SpanTable, steps: Steps, run_start: int, run_end: int) -> Startup:
@@ -30,11 +25,11 @@ def startup(table: SpanTable, steps: Steps, run_start: int, run_end: int) -> Sta
     cols = table.cols
     first_step = int(steps.start[0]) if len(steps) else run_end
     wall = max(0, first_step - run_start)
-    setup_names = [i for i, n in enumerate(cols.names) if n.startswith(SETUP_PREFIX)]
+    setup_names = [i for i, n in enumerate(cols.names) if n.startswith(SETUP_SPAN_PREFIX)]
     idx = np.flatnonzero(np.isin(cols.name, setup_names) & (cols.start < first_step))
     idx = idx[np.lexsort((cols.name[idx], cols.start[idx]))]
     dur = table.duration
-    phases = [SetupPhase(cols.names[cols.name[i]][len(SETUP_PREFIX):], int(cols.start[i] - run_start),
+    phases = [SetupPhase(cols.names[cols.name[i]][len(SETUP_SPAN_PREFIX):], int(cols.start[i] - run_start),
                          int(dur[i])) for i in idx]
     totals: dict[str, list[int]] = {}
     for p in phases:
@@ -74,7 +69,7 @@ def _load_model(table: SpanTable, run_start: int) -> list[LoadModel]:
             best[key] = (int(dur[i]), i)
     out = []
     for (group, rank), (d, span) in sorted(best.items()):
-        backend = cols.kept_attributes.get(span, {}).get("rl.backend")
+        backend = cols.kept_attributes.get(span, {}).get(BACKEND)
         out.append(LoadModel(group, rank, int(cols.start[span]) - run_start, d,
                              None if backend is None else str(backend)))
     return out

@@ -19,6 +19,7 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
+from rlsight._semconv import PROMPTS
 from rlsight.analysis._steps import Steps
 from rlsight.analysis._table import SpanTable
 from rlsight.analysis.model import GroupVolume, Volume
@@ -64,7 +65,7 @@ def volume(table: SpanTable, steps: Steps, per_step: Mapping[str, bool] | None) 
     signal_name = "none"
     signal = np.full(n_steps, np.nan)
     if n_steps and not np.isnan(prompts).all():
-        signal_name, signal = "rl.prompts", prompts.astype(np.float64)
+        signal_name, signal = PROMPTS, prompts.astype(np.float64)
     elif PER_PROMPT_GROUP in cols.groups and counts[cols.groups.index(PER_PROMPT_GROUP)].any():
         signal_name = "per_prompt spans"
         signal = counts[cols.groups.index(PER_PROMPT_GROUP)].astype(np.float64)

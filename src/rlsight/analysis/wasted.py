@@ -21,6 +21,7 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
+from rlsight._semconv import DISCARD_GROUP_IDS, DISCARD_REASON, DISCARD_SPAN, GROUP_ID
 from rlsight.analysis._steps import Steps
 from rlsight.analysis._table import SpanTable, _nearest_marked
 from rlsight.analysis.goodput import TimelinePartition
@@ -31,8 +32,6 @@ __all__ = ["Discards", "charge_discards", "wasted"]
 
 _WASTED: Final = BUCKET_CODES["wasted"]
 _WORK: Final = (BUCKET_CODES["productive"], BUCKET_CODES["overhead"])
-_DISCARD_SPAN: Final = "rl.discard"
-_GROUP_ID: Final = "rl.group_id"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +60,7 @@ def charge_discards(
     cols = table.cols
     n = len(table)
     none = Discards(np.full(n, -1, dtype=np.int64), [])
-    name_id = table.name_id(_DISCARD_SPAN)
+    name_id = table.name_id(DISCARD_SPAN)
     if name_id < 0:
         return part, none
     calls = sorted((i for i in np.flatnonzero(cols.name == name_id) if int(i) in cols.kept_attributes),
@@ -70,14 +69,14 @@ def charge_discards(
     raw_events: list[tuple[int, str, list[str]]] = []
     for e, call in enumerate(calls):
         record = cols.kept_attributes[int(call)]
-        ids = _id_list(record.get("rl.discard.group_ids"))
-        raw_events.append((int(call), str(record.get("rl.discard.reason", "")), ids))
+        ids = _id_list(record.get(DISCARD_GROUP_IDS))
+        raw_events.append((int(call), str(record.get(DISCARD_REASON, "")), ids))
         for gid in ids:
             owner_of.setdefault(gid, e)
     tagged = np.full(n, -1, dtype=np.int64)
     found: list[set[str]] = [set() for _ in raw_events]
     for index, kept in cols.kept_attributes.items():
-        tag = kept.get(_GROUP_ID)
+        tag = kept.get(GROUP_ID)
         event = owner_of.get(str(tag)) if tag is not None else None
         if event is not None:
             tagged[index] = event

@@ -25,6 +25,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from rlsight._semconv import (
+    DISCARD_SPAN,
+    EFFICIENCY_SPAN_PREFIX,
+    JOB_SPAN,
+    LOAD_MODEL_SPAN,
+    SETUP_SPAN_PREFIX,
+    STARTUP_SPAN,
+    STEP_SPAN,
+    TIMER_SPAN_PREFIX,
+)
 from rlsight.check._model import CheckInputError
 
 __all__ = [
@@ -32,7 +42,6 @@ __all__ = [
     "FIXED_SPANS",
     "GROUP_AND_NAME_HELPERS",
     "PER_PROMPT",
-    "TIMER_SPAN_PREFIX",
     "UMBRELLA_HELPERS",
     "CarrierDispatch",
     "CarrierMethod",
@@ -55,11 +64,11 @@ __all__ = [
 
 #: Helpers that open a span, with the group and name they imply when those are fixed.
 FIXED_SPANS: Final[dict[str, tuple[str, str]]] = {
-    "job_span": ("job", "rl.job"),
-    "step_span": ("step", "rl.step"),
-    "startup_span": ("startup", "rl.startup"),
-    "load_model_span": ("setup", "rl.worker.load_model"),
-    "discard": ("efficiency", "rl.discard"),
+    "job_span": ("job", JOB_SPAN),
+    "step_span": ("step", STEP_SPAN),
+    "startup_span": ("startup", STARTUP_SPAN),
+    "load_model_span": ("setup", LOAD_MODEL_SPAN),
+    "discard": ("efficiency", DISCARD_SPAN),
 }
 GROUP_AND_NAME_HELPERS: Final = frozenset({"span", "umbrella_span", "record_span"})
 DECORATOR_HELPERS: Final = frozenset({"traced", "umbrella_traced"})
@@ -84,8 +93,6 @@ _KNOWN_HELPERS: Final = frozenset(
         "TimerBridge",
     }
 )
-#: What a ``TimerBridge`` label maps to when the table gives only a group.
-TIMER_SPAN_PREFIX: Final = "rl.timer."
 PER_PROMPT: Final = "per_prompt"
 _MAX_VALUES: Final = 64
 _CONSTANT_NAME: Final = re.compile(r"^_*[A-Z][A-Z0-9_]*$")
@@ -1053,12 +1060,13 @@ class _Collector(ast.NodeVisitor):
             self._emit(node, helper, self.resolve(_argument(node, 0, "group")), name)
         elif helper == "setup_span":
             phase = self.resolve(_argument(node, 0, "phase"))
-            self._emit(node, helper, _known("setup"), _prefixed("rl.setup.", phase))
+            self._emit(node, helper, _known("setup"), _prefixed(SETUP_SPAN_PREFIX, phase))
         elif helper == "efficiency_span":
             category = self.resolve(_argument(node, 0, "category"))
             if not module.external:
                 self.facts.categories_used.append(CategoryUse(module, node.lineno, category))
-            self._emit(node, helper, _known("efficiency"), _prefixed("rl.efficiency.", category, dots=True))
+            self._emit(node, helper, _known("efficiency"),
+                       _prefixed(EFFICIENCY_SPAN_PREFIX, category, dots=True))
         elif helper == "SpanGroup":
             self._span_group(node)
         elif helper == "TimerBridge":

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 from collections import defaultdict
 
+from rlsight._semconv import EFFICIENCY_SPAN_PREFIX
 from rlsight.check._ast import FIXED_SPANS, Resolved, SpanEmit
 from rlsight.check._context import CheckContext, nothing_to_check
 from rlsight.check._model import GuardResult, Violation
@@ -48,7 +49,7 @@ def _provided(ctx: CheckContext) -> list[SpanEmit]:
     for declared in ctx.facts.categories_declared:
         module = declared.module
         if (module.name.startswith("rlsight.") or module.external) and declared.category.is_known:
-            names = frozenset("rl.efficiency." + c.replace("/", ".") for c in declared.category.values)
+            names = frozenset(EFFICIENCY_SPAN_PREFIX + c.replace("/", ".") for c in declared.category.values)
             out.append(
                 SpanEmit(module, declared.line, "declare_efficiency_categories", _one("efficiency"),
                          Resolved(values=names))

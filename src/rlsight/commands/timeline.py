@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from rlsight._semconv import STEP, STEP_SPAN
 from rlsight.commands._exit import EXIT_INPUT, EXIT_OK, EXIT_USAGE
 from rlsight.commands._extras import missing_extra
 from rlsight.commands._outputs import unusable_output
@@ -77,7 +78,7 @@ def _step_window(spans: Sequence[SpanRecord], lo: int | None, hi: int | None) ->
     """Start of the first and end of the last ``rl.step`` span numbered within [lo, hi]."""
     chosen = []
     for s in spans:
-        number = s.attributes.get("rl.step") if s.name == "rl.step" else None
+        number = s.attributes.get(STEP) if s.name == STEP_SPAN else None
         if (isinstance(number, int) and not isinstance(number, bool)
                 and (lo is None or number >= lo) and (hi is None or number <= hi)):
             chosen.append(s)

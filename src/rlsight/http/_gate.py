@@ -23,6 +23,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanKind, Tracer, 
 from opentelemetry.util.types import Attributes
 
 from rlsight import runtime as _runtime
+from rlsight._semconv import SPAN_GROUP, THREAD_ID
 from rlsight.groups import _GATE, RL
 
 __all__ = ["PROVIDER", "import_extra"]
@@ -48,8 +49,8 @@ class _GatedTracer(Tracer):
         if telemetry is None or _PER_PROMPT not in _GATE.enabled:
             return NonRecordingSpan(_trace.get_current_span(context).get_span_context())
         attrs: dict[str, Any] = dict(attributes) if attributes else {}
-        attrs["rl.span_group"] = _PER_PROMPT
-        attrs["thread.id"] = threading.get_native_id()
+        attrs[SPAN_GROUP] = _PER_PROMPT
+        attrs[THREAD_ID] = threading.get_native_id()
         try:
             return telemetry.tracer.start_span(
                 name, context, kind, attrs, links, start_time, record_exception, set_status_on_exception

@@ -17,22 +17,23 @@ from pathlib import Path
 from typing import Any
 
 from rlsight._redact import REDACTED, is_content, is_content_key, scrub
+from rlsight._semconv import BUCKET, PROCESS_PID, RANK, SERVICE_INSTANCE_ID, SERVICE_NAME, WORKER_GROUP
 from rlsight.store._schema import SpanRecord
 
 __all__ = ["chrome_trace", "write_chrome_trace"]
 
 
 def _process_label(resource: Any) -> tuple[str, int]:
-    group = resource.get("rl.worker_group", resource.get("service.name", "unknown"))
+    group = resource.get(WORKER_GROUP, resource.get(SERVICE_NAME, "unknown"))
     try:
-        rank = int(resource.get("rl.rank", 0))
+        rank = int(resource.get(RANK, 0))
     except (TypeError, ValueError):
         rank = 0
     return str(group), rank
 
 
 def _instance(span: SpanRecord) -> str:
-    return str(span.resource.get("service.instance.id", span.resource.get("process.pid", "")))
+    return str(span.resource.get(SERVICE_INSTANCE_ID, span.resource.get(PROCESS_PID, "")))
 
 
 def _lanes(spans: list[SpanRecord]) -> list[int]:
@@ -63,7 +64,7 @@ def _arg(key: str, value: Any) -> Any:
 
 def _args(span: SpanRecord) -> dict[str, Any]:
     args: dict[str, Any] = {k: _arg(k, v) for k, v in span.attributes.items()}
-    args["bucket"] = span.attributes.get("rl.bucket")
+    args["bucket"] = span.attributes.get(BUCKET)
     args["span_id"] = span.span_id
     args["trace_id"] = span.trace_id
     if span.status_code == 2:
@@ -92,7 +93,7 @@ def chrome_trace(spans: Iterable[SpanRecord]) -> dict[str, Any]:
     next_tid: dict[int, int] = defaultdict(int)
     for (_, thread), members in by_timeline.items():
         pid = pid_of[_process_label(members[0].resource)]
-        pid_resource = members[0].resource.get("process.pid", "?")
+        pid_resource = members[0].resource.get(PROCESS_PID, "?")
         tids: dict[int, int] = {}
         for s, lane in zip(members, _lanes(members), strict=True):
             if lane not in tids:
@@ -106,7 +107,7 @@ def chrome_trace(spans: Iterable[SpanRecord]) -> dict[str, Any]:
             tid = tids[lane]
             where[(s.trace_id, s.span_id)] = (pid, tid)
             events.append({
-                "ph": "X", "name": s.name, "cat": str(s.attributes.get("rl.bucket", "span")),
+                "ph": "X", "name": s.name, "cat": str(s.attributes.get(BUCKET, "span")),
                 "pid": pid, "tid": tid, "ts": (s.start_ns - origin) / 1e3,
                 "dur": s.duration_ns / 1e3, "args": _args(s),
             })

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final
 
+from rlsight._semconv import RUN_ID
 from rlsight.errors import StoreError
 from rlsight.store._lines import PARSE_ERRORS, json_lines
 from rlsight.store._schema import SkippedRecord
@@ -78,7 +79,7 @@ def collector_files(source: Path) -> list[Path]:
 
 def _run_id(resource: Any) -> str:
     for kv in (resource or {}).get("attributes") or ():
-        if kv.get("key") == "rl.run.id":
+        if kv.get("key") == RUN_ID:
             value = kv.get("value") or {}
             return str(value.get("stringValue", NO_RUN_ID))
     return NO_RUN_ID

@@ -31,6 +31,23 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
+from rlsight._semconv import (
+    BATCH_SIZE,
+    BUCKET,
+    CONCURRENT,
+    DISCARD_SPAN,
+    GROUP_ID,
+    HOST_NAME,
+    LOAD_MODEL_SPAN,
+    PROCESS_PID,
+    PROMPTS,
+    SERVICE_INSTANCE_ID,
+    SERVICE_NAME,
+    SPAN_GROUP,
+    STEP,
+    STEP_SPAN,
+    THREAD_ID,
+)
 from rlsight.buckets import BUCKET_PRIORITY
 from rlsight.store._lines import PARSE_ERRORS, int64, json_lines
 from rlsight.store._reader import _attributes, _store_files
@@ -52,11 +69,9 @@ BUCKET_CODES: Final = {b.value: code for code, b in enumerate(reversed(BUCKET_PR
 #: Step-number column value of a span that is not an ``rl.step`` span.
 NO_STEP: Final = np.iinfo(np.int64).min
 #: Spans whose full attribute dict is kept (few per run): model loads for the startup view,
-#: ``rl.discard`` records for the wasted view.
-_KEEP_ATTRIBUTES: Final = frozenset({"rl.worker.load_model", "rl.discard"})
-#: Spans carrying this attribute keep their dict too: work a later ``discard`` may charge.
-_KEEP_KEY: Final = "rl.group_id"
-_STEP_SPAN: Final = "rl.step"
+#: ``rl.discard`` records for the wasted view; spans carrying ``rl.group_id`` keep theirs
+#: too (work a later ``discard`` may charge).
+_KEEP_ATTRIBUTES: Final = frozenset({LOAD_MODEL_SPAN, DISCARD_SPAN})
 
 
 @dataclass(slots=True)
@@ -97,10 +112,10 @@ class SpanColumns:
 
 
 def _process_key(resource: Mapping[str, AttributeValue]) -> str:
-    key = resource.get("service.instance.id")
+    key = resource.get(SERVICE_INSTANCE_ID)
     if key is not None:
         return str(key)
-    return "/".join(str(resource.get(k, "?")) for k in ("host.name", "service.name", "process.pid"))
+    return "/".join(str(resource.get(k, "?")) for k in (HOST_NAME, SERVICE_NAME, PROCESS_PID))
 
 
 def _number(value: object) -> float:
@@ -176,24 +191,24 @@ def _convert(rows: list[_Row], *, otlp: bool) -> _Batch:
     str_kind = "stringValue" if otlp else None
     # OTLP writes int64 as a decimal string; a value that is not one makes the request not
     # OTLP (read_spans skips it too). Decoded records are taken leniently.
-    thread = ([0 if t is None else int64(t) for t in _values(attrs, "thread.id", int_kind)] if otlp
-              else [_integer(t, 0) for t in _values(attrs, "thread.id", None)])
-    step_values = _values(attrs, "rl.step", int_kind)
+    thread = ([0 if t is None else int64(t) for t in _values(attrs, THREAD_ID, int_kind)] if otlp
+              else [_integer(t, 0) for t in _values(attrs, THREAD_ID, None)])
+    step_values = _values(attrs, STEP, int_kind)
     keep = [
         (i, _decode_all(a) if otlp else dict(a))
         for i, (n, a) in enumerate(zip(name, attrs, strict=True))
-        if n in _KEEP_ATTRIBUTES or _KEEP_KEY in a
+        if n in _KEEP_ATTRIBUTES or GROUP_ID in a
     ]
     return _Batch(
         rows=len(rows), trace=trace, name=name, start=start, end=end, status=status,
         resource=resource, span_id=_hex_ids(sid), parent_id=_hex_ids(pid), thread=thread,
-        bucket=_strings(_values(attrs, "rl.bucket", str_kind)),
-        group=_strings(_values(attrs, "rl.span_group", str_kind)),
-        concurrent=[v is True for v in _values(attrs, "rl.concurrent", "boolValue" if otlp else None)],
-        step_no=[NO_STEP if n != _STEP_SPAN else int64(v) if otlp and v is not None
+        bucket=_strings(_values(attrs, BUCKET, str_kind)),
+        group=_strings(_values(attrs, SPAN_GROUP, str_kind)),
+        concurrent=[v is True for v in _values(attrs, CONCURRENT, "boolValue" if otlp else None)],
+        step_no=[NO_STEP if n != STEP_SPAN else int64(v) if otlp and v is not None
                  else _integer(v, NO_STEP) for n, v in zip(name, step_values, strict=True)],
-        batch_size=_numbers(attrs, "rl.batch_size", otlp),
-        prompts=_numbers(attrs, "rl.prompts", otlp),
+        batch_size=_numbers(attrs, BATCH_SIZE, otlp),
+        prompts=_numbers(attrs, PROMPTS, otlp),
         kept=keep,
     )
 

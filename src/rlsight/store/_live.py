@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from rlsight._semconv import HOST_NAME, PROCESS_PID, SERVICE_INSTANCE_ID, SERVICE_NAME
 from rlsight.groups import RL
 from rlsight.store._lines import PARSE_ERRORS, int64, json_lines
 from rlsight.store._reader import _store_files
@@ -110,10 +111,10 @@ class LiveReadResult:
 
 
 def _process_key(resource: Mapping[str, Any]) -> str:
-    key = resource.get("service.instance.id")
+    key = resource.get(SERVICE_INSTANCE_ID)
     if key is not None:
         return str(key)
-    return "/".join(str(resource.get(k, "?")) for k in ("host.name", "service.name", "process.pid"))
+    return "/".join(str(resource.get(k, "?")) for k in (HOST_NAME, SERVICE_NAME, PROCESS_PID))
 
 
 def read_live(run_dir: Path | str) -> LiveReadResult:

@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
+from rlsight._semconv import SERVICE_INSTANCE_ID, THREAD_ID
+
 AttributeScalar: TypeAlias = str | bool | int | float
 AttributeValue: TypeAlias = AttributeScalar | Sequence[AttributeScalar]
 
@@ -48,8 +50,8 @@ class SpanRecord:
     @property
     def timeline(self) -> tuple[str, int]:
         """The (process, thread) this span ran on: ``service.instance.id`` and ``thread.id``."""
-        thread = self.attributes.get("thread.id", 0)
-        return (str(self.resource.get("service.instance.id", "")), thread if isinstance(thread, int) else 0)
+        thread = self.attributes.get(THREAD_ID, 0)
+        return (str(self.resource.get(SERVICE_INSTANCE_ID, "")), thread if isinstance(thread, int) else 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry.sdk.trace import SpanProcessor
 
 from rlsight._readable import span_attributes
+from rlsight._semconv import LIVE, SPAN_GROUP, STEP, THREAD_ID
 from rlsight.groups import _GATE
 from rlsight.store._live import LIVE_GROUPS, NEVER_LIVE
 
@@ -28,12 +29,12 @@ __all__ = ["StartRecordProcessor", "start_writer"]
 
 def _is_live(span: Span) -> bool:
     attrs = span_attributes(span)  # every span starts here: no read-only proxy per span
-    group = attrs.get("rl.span_group")
+    group = attrs.get(SPAN_GROUP)
     if group in LIVE_GROUPS:
         return True
     if group in NEVER_LIVE:
         return False
-    if attrs.get("rl.live") is True:
+    if attrs.get(LIVE) is True:
         return True
     meta = _GATE.groups.get(group) if isinstance(group, str) else None
     return meta is not None and meta.umbrella
@@ -72,13 +73,13 @@ def _start(span: ReadableSpan) -> dict[str, Any]:
         "traceId": format(ctx.trace_id, "032x"),
         "spanId": format(ctx.span_id, "016x"),
         "name": span.name,
-        "group": attrs.get("rl.span_group"),
+        "group": attrs.get(SPAN_GROUP),
         "startTimeUnixNano": str(span.start_time or 0),
-        "threadId": attrs.get("thread.id"),
+        "threadId": attrs.get(THREAD_ID),
     }
     if span.parent is not None:
         out["parentSpanId"] = format(span.parent.span_id, "016x")
-    step = attrs.get("rl.step")
+    step = attrs.get(STEP)
     if isinstance(step, int):
         out["step"] = step
     return out

@@ -1,10 +1,10 @@
 """rlsight's wire vocabulary: every span name, span attribute and resource key it writes.
 
 These strings are the contract between the processes that emit spans, the store on disk,
-the analysis that reads it back, ``rlsight check`` and any other tool that reads a run. They are frozen: a store written today must read the same
-tomorrow. So each one is spelled here once, as OpenTelemetry keeps its semantic-convention
-names, and emitters, readers and the checker import it; a literal repeated in two places is
-two chances for them to drift apart.
+the analysis that reads it back, ``rlsight check`` and any other tool that reads a run. They
+are frozen: a store written today must read the same tomorrow. So each one is spelled here
+once, as OpenTelemetry keeps its semantic-convention names, and emitters, readers and the
+checker import it; a literal repeated in two places is two chances for them to drift apart.
 """
 
 from __future__ import annotations

@@ -93,3 +93,26 @@ def test_import_rlsight_leaves_the_opentelemetry_sdk_for_setup(tmp_path: Path) -
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
                           text=True, check=True, timeout=60)
     assert json.loads(done.stdout.splitlines()[-1]) == [[], True]
+
+
+def test_every_span_helper_returns_a_span_context_manager_on_and_off() -> None:
+    """The public return type holds for the live, the no-op and the setup span alike, and the
+    ``as`` target is a span either way."""
+    from rlsight.testing import capture_telemetry
+
+    def helpers() -> list[rlsight.SpanContextManager]:
+        return [
+            rlsight.span(rlsight.RL.GENERATION, "rl.test.generate"),
+            rlsight.umbrella_span(rlsight.RL.ROLLOUT, "rl.test.rollout"),
+            rlsight.job_span(), rlsight.startup_span(), rlsight.step_span(1),
+            rlsight.load_model_span("vllm"), rlsight.setup_span("workers"),
+            rlsight.efficiency_span("idle/buffer_starvation"),
+        ]
+
+    for groups, recording in ((["all"], True), ([], False)):
+        with capture_telemetry(span_groups=groups) as cap:
+            for helper in helpers():
+                assert isinstance(helper, rlsight.SpanContextManager)
+                with helper as s:
+                    assert s.is_recording() is recording
+        assert len(cap.spans()) == (8 if recording else 0)

@@ -57,6 +57,7 @@ from rlsight.runtime import (
     setup_telemetry,
     shutdown_telemetry,
 )
+from rlsight.span_context import SpanContextManager
 from rlsight.spans import (
     declare_efficiency_categories,
     declared_efficiency_categories,
@@ -95,6 +96,7 @@ __all__ = [
     "RlsightWarning",
     "Setting",
     "ShutdownReport",
+    "SpanContextManager",
     "SpanGroup",
     "SpanGroupError",
     "SpanGroupResolution",

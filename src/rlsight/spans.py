@@ -47,6 +47,7 @@ from rlsight._semconv import (
 from rlsight.buckets import Bucket, _bucket_override, _per_prompt
 from rlsight.errors import warn_once
 from rlsight.groups import _GATE, RL
+from rlsight.span_context import SpanContextManager
 
 __all__ = [
     "BUILTIN_EFFICIENCY_CATEGORIES",
@@ -341,7 +342,7 @@ def _warn_efficiency_group(name: str) -> None:
     )
 
 
-def span(group: str, name: str, /, **attributes: Any) -> _LiveSpan | _NoopSpan:
+def span(group: str, name: str, /, **attributes: Any) -> SpanContextManager:
     """A span of ``group`` named ``name``, as a sync or async context manager.
 
     Yields the OpenTelemetry span (a non-recording one when the group is off), so
@@ -410,7 +411,7 @@ def record_span(group: str, name: str, start: float, end: float, /, **attributes
             rt.report_internal_error("record-span-end", exc)
 
 
-def umbrella_span(group: str, name: str, /, **attributes: Any) -> _LiveSpan | _NoopSpan:
+def umbrella_span(group: str, name: str, /, **attributes: Any) -> SpanContextManager:
     """A structural span (job, step, rollout, startup...) that carries no bucket.
 
     Umbrellas give the trace its shape and count towards the depth of their descendants, but
@@ -423,14 +424,14 @@ def umbrella_span(group: str, name: str, /, **attributes: Any) -> _LiveSpan | _N
     return _LiveSpan(group, name, attributes, umbrella=True)
 
 
-def job_span(**attributes: Any) -> _LiveSpan | _NoopSpan:
+def job_span(**attributes: Any) -> SpanContextManager:
     """The run's root span, ``rl.job``; open it once in the driver around everything."""
     if RL.JOB not in _GATE.enabled:
         return _NOOP
     return _LiveSpan(RL.JOB, JOB_SPAN, attributes, umbrella=True)
 
 
-def startup_span() -> _LiveSpan | _NoopSpan:
+def startup_span() -> SpanContextManager:
     """``rl.startup``: the umbrella over everything before step 1 (Ray init, workers, fill)."""
     if RL.STARTUP not in _GATE.enabled:
         return _NOOP
@@ -465,7 +466,7 @@ class _StepSpan(_LiveSpan):
         super().finish(exc)
 
 
-def step_span(step: int, /, **attributes: Any) -> _LiveSpan | _NoopSpan:
+def step_span(step: int, /, **attributes: Any) -> SpanContextManager:
     """``rl.step`` with the int attribute ``rl.step``: one training step on the controller.
 
     Also sets the runtime's current step, which the logging bridge stamps on log records
@@ -480,7 +481,7 @@ def step_span(step: int, /, **attributes: Any) -> _LiveSpan | _NoopSpan:
     return _StepSpan(int(step), attributes)
 
 
-def load_model_span(backend: str, /, **attributes: Any) -> _LiveSpan | _NoopSpan:
+def load_model_span(backend: str, /, **attributes: Any) -> SpanContextManager:
     """``rl.worker.load_model``, opened in the worker itself (the driver cannot see inside).
 
     Args:
@@ -536,7 +537,7 @@ class _SetupSpan:
         self.__exit__(exc_type, exc, tb)
 
 
-def setup_span(phase: str) -> _SetupSpan | _NoopSpan:
+def setup_span(phase: str) -> SpanContextManager:
     """``rl.setup.<phase>`` under ``rl.startup``, and its duration on ``rl.setup.duration``.
 
     With the ``setup`` group off it is the shared no-op: neither the span nor the histogram
@@ -609,7 +610,7 @@ def declared_efficiency_categories() -> tuple[str, ...]:
         return tuple(sorted(_EFFICIENCY))
 
 
-def efficiency_span(category: str, *, concurrent: bool = False) -> _LiveSpan | _NoopSpan:
+def efficiency_span(category: str, *, concurrent: bool = False) -> SpanContextManager:
     """Wrap a wait or wasted work: ``efficiency_span("idle/buffer_starvation")``.
 
     Wrap only the wait itself (the sleep, the blocking get), never the block around it: any

@@ -25,7 +25,8 @@ from opentelemetry.trace import Span
 
 from rlsight._semconv import TIMER_SPAN_PREFIX
 from rlsight.errors import RlsightWarning
-from rlsight.spans import _NOOP, _LiveSpan, _NoopSpan, span
+from rlsight.span_context import SpanContextManager
+from rlsight.spans import _NOOP, span
 
 __all__ = ["TimerBridge"]
 
@@ -39,7 +40,7 @@ class _Timed:
     __slots__ = ("_label", "_span", "_t0", "_timings")
 
     def __init__(
-        self, label: str, timings: MutableMapping[str, float], opened: _LiveSpan | _NoopSpan
+        self, label: str, timings: MutableMapping[str, float], opened: SpanContextManager
     ) -> None:
         self._label = label
         self._timings = timings
@@ -64,7 +65,7 @@ class _Wrapped(Generic[T]):
 
     __slots__ = ("_inner", "_span")
 
-    def __init__(self, inner: AbstractContextManager[T], opened: _LiveSpan | _NoopSpan) -> None:
+    def __init__(self, inner: AbstractContextManager[T], opened: SpanContextManager) -> None:
         self._inner = inner
         self._span = opened
 
@@ -129,7 +130,7 @@ class TimerBridge:
         """Each mapped label with its ``(group, span_name)``."""
         return dict(self._table)
 
-    def _span(self, label: str) -> _LiveSpan | _NoopSpan:
+    def _span(self, label: str) -> SpanContextManager:
         target = self._table.get(label)
         if target is None:
             self._report_unmapped(label)

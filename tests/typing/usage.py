@@ -13,6 +13,7 @@ from rlsight import (
     Bucket,
     MetricSpec,
     ShutdownReport,
+    SpanContextManager,
     SpanGroup,
     Telemetry,
     TelemetryConfig,
@@ -41,6 +42,16 @@ class Trainer:
     @accepts_trace_context
     async def score(self, texts: list[str]) -> list[float]:
         return [float(len(t)) for t in texts]
+
+
+def validation_phase(step: int) -> SpanContextManager:
+    """A helper that picks a span for its caller, typed without naming a private class."""
+    return rlsight.setup_span("validation") if step == 0 else span(RL.VALIDATION, "rl.validate")
+
+
+async def validate(step: int) -> None:
+    async with validation_phase(step) as s:
+        s.set_attribute("rl.step", step)
 
 
 def collector_thread(carrier: dict[str, str] | None) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from rlsight.buckets import Bucket
 from rlsight.groups import _REGISTRY, SpanGroupResolution, registered_groups, registered_presets
-from rlsight.spans import _efficiency_table
+from rlsight.spans import efficiency_table
 
 __all__ = ["run_catalog"]
 
@@ -37,7 +37,7 @@ def run_catalog(resolution: SpanGroupResolution | None = None) -> dict[str, Any]
         "buckets": [b.value for b in Bucket],
         "efficiency_categories": {
             category: {"span": span_name, "bucket": bucket.value if bucket is not None else None}
-            for category, (span_name, bucket) in sorted(_efficiency_table().items())
+            for category, (span_name, bucket) in sorted(efficiency_table().items())
         },
     }
     if resolution is not None:

@@ -88,7 +88,7 @@ def warn_once(
     return True
 
 
-def _after_fork() -> None:
+def after_fork() -> None:
     """Replace the warn-once lock in a forked child (another thread may have held it)."""
     global _warned_lock
     _warned_lock = threading.Lock()

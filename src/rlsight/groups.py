@@ -303,7 +303,7 @@ def _activate(spec: Iterable[str]) -> SpanGroupResolution:
     return set_span_group_spec(list(spec))
 
 
-def _after_fork() -> None:
+def after_fork() -> None:
     """Replace the registry lock in a forked child (another thread may have held it)."""
     _REGISTRY.lock = threading.RLock()
 

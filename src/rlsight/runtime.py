@@ -915,10 +915,10 @@ def _restart_after_fork() -> None:
     another parent thread held at fork time are replaced, not waited on.
     """
     global _ACTIVE, _ACTIVE_LOCK
-    from rlsight.errors import _after_fork as _errors_after_fork
+    from rlsight.errors import after_fork as _errors_after_fork
 
     _ACTIVE_LOCK = threading.Lock()
-    _groups._after_fork()
+    _groups.after_fork()
     _errors_after_fork()
     parent = _ACTIVE
     _ACTIVE = None

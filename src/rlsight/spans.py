@@ -598,7 +598,7 @@ def declare_efficiency_categories(*categories: str, bucketed: bool = True) -> No
             _EFFICIENCY[category] = (name, Bucket(prefix) if bucketed else None)
 
 
-def _efficiency_table() -> dict[str, tuple[str, Bucket | None]]:
+def efficiency_table() -> dict[str, tuple[str, Bucket | None]]:
     """Category -> (span name, bucket or ``None``), a copy (the run catalog records it)."""
     with _EFFICIENCY_LOCK:
         return dict(_EFFICIENCY)

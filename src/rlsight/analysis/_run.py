@@ -72,7 +72,9 @@ def per_step_catalog(manifest: Mapping[str, Any] | None = None) -> tuple[dict[st
     return {name: name in members for name in registered_groups()}, note
 
 
-def _most_common(values: Iterable[object]) -> str | None:
+def most_common(values: Iterable[object]) -> str | None:
+    """The most frequent value as a str (ties: the smallest), ignoring ``None``; the report and
+    the live view both name a run's id and algorithm by it when the manifest has none."""
     counts = Counter(str(v) for v in values if v is not None)
     return min(counts, key=lambda v: (-counts[v], v)) if counts else None
 
@@ -165,9 +167,9 @@ def analyze_columns(
     if per_step is None:
         per_step, catalog_note = per_step_catalog(manifest)
     summary = RunSummary(
-        run_id=str(manifest["run_id"]) if manifest.get("run_id") else _most_common(
+        run_id=str(manifest["run_id"]) if manifest.get("run_id") else most_common(
             r.get(RUN_ID) for r in resources),
-        algorithm=str(manifest["algorithm"]) if manifest.get("algorithm") else _most_common(
+        algorithm=str(manifest["algorithm"]) if manifest.get("algorithm") else most_common(
             r.get(ALGORITHM) for r in resources),
         start_unix_ns=run.start,
         end_unix_ns=run.end,

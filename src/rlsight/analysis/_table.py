@@ -182,7 +182,7 @@ def _depths(parent: I64, has_parent_id: NDArray[np.bool_]) -> tuple[I64, I64, in
     return depth, parent, int(cyclic.sum())
 
 
-def _nearest_marked(parent: I64, marked: NDArray[np.bool_]) -> I64:
+def nearest_marked(parent: I64, marked: NDArray[np.bool_]) -> I64:
     """For each span, the nearest span among itself and its ancestors with ``marked``, or -1."""
     val = np.where(marked, np.arange(len(parent)), -1)
     nxt = parent.copy()
@@ -245,7 +245,7 @@ def build_table(cols: SpanColumns) -> SpanTable:
     remote = (parent >= 0) & (cols.process[safe] != cols.process)
     depth, _, _ = _depths(np.where(remote, -1, parent), has_parent_id & ~remote)
     step_name = cols.names.index(STEP_SPAN) if STEP_SPAN in cols.names else -1
-    step_anchor = _nearest_marked(parent, cols.name == step_name)
+    step_anchor = nearest_marked(parent, cols.name == step_name)
     return SpanTable(
         cols=cols,
         timeline=timeline,

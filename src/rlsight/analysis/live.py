@@ -243,7 +243,7 @@ def watch_snapshot(
     Raises:
         StoreError: ``run_dir`` does not exist.
     """
-    from rlsight.analysis._run import _most_common, analyze_columns
+    from rlsight.analysis._run import analyze_columns, most_common
     from rlsight.store import read_manifest
 
     cols, skipped, _ = read_span_columns(run_dir, workers=1)
@@ -266,7 +266,7 @@ def watch_snapshot(
             goodput = None
     return WatchSnapshot(
         run_dir=str(run_dir), now_unix_ns=now,
-        run_id=str(manifest["run_id"]) if manifest.get("run_id") else _most_common(
+        run_id=str(manifest["run_id"]) if manifest.get("run_id") else most_common(
             r.get(RUN_ID) for r in [*cols.resources, *(p.resource for p in live.processes.values())]),
         steps=int(step_mask.sum()), last_step=max(step_numbers, default=None),
         median_step_ns=float(np.median(durations)) if len(durations) else None,

@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 
 from rlsight._semconv import DISCARD_GROUP_IDS, DISCARD_REASON, DISCARD_SPAN, GROUP_ID
 from rlsight.analysis._steps import Steps
-from rlsight.analysis._table import SpanTable, _nearest_marked
+from rlsight.analysis._table import SpanTable, nearest_marked
 from rlsight.analysis.goodput import TimelinePartition
 from rlsight.analysis.model import Discarded, Wasted, WastedName
 from rlsight.store._columnar import BUCKET_CODES
@@ -81,7 +81,7 @@ def charge_discards(
         if event is not None:
             tagged[index] = event
             found[event].add(str(tag))
-    anchor = _nearest_marked(table.parent, tagged >= 0)
+    anchor = nearest_marked(table.parent, tagged >= 0)
     event_of_span = np.where(anchor >= 0, tagged[np.maximum(anchor, 0)], -1)
     owner = part.owner
     seg_event = np.where(owner >= 0, event_of_span[np.maximum(owner, 0)], -1)

@@ -25,6 +25,8 @@ CONTENT_KEYS = [
     "gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.system_instructions",
     "gen_ai.prompt.0.content", "gen_ai.completion.0.content", "messages", "text", "content",
     "response", "hf_token", "access_token", "api-key", "apiKey", "prompt", "api_key",
+    # the plurals docs/span-groups.md promises ("plurals too"); these leaked before
+    "texts", "contents", "responses", "apiKeys", "api-keys", "my.passwords",
 ]
 
 

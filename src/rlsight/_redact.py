@@ -21,8 +21,9 @@ REDACTED: Final = "<redacted>"
 #: Last dotted segments (lower-cased) whose text values are replaced: content, not counts.
 REDACTED_KEYS: Final = frozenset({
     "prompt", "prompts", "completion", "completions", "token", "tokens", "secret", "secrets",
-    "password", "passwords", "api_key", "api_keys", "api-key", "apikey", "authorization",
-    "authorizations", "messages", "text", "content", "response", "system_instructions",
+    "password", "passwords", "api_key", "api_keys", "api-key", "api-keys", "apikey", "apikeys",
+    "authorization", "authorizations", "messages", "text", "texts", "content", "contents",
+    "response", "responses", "system_instructions",
 })
 #: OpenTelemetry GenAI keys that hold conversation content, and the prefixes of the older
 #: indexed form (``gen_ai.prompt.0.content``).

@@ -121,6 +121,20 @@ class TestCommands:
         assert via["summary"]["skipped"] == 1
         assert any("repeated span(s)" in n for n in via["notes"])
 
+    def test_a_runs_report_counts_only_its_own_repeats(self, runs, tmp_path, capsys):
+        alpha, beta = (_lines(r) for r in runs)
+        repeat = next(line for line in alpha if "resourceSpans" in line)
+        repeated = sum(len(ss["spans"]) for rs in json.loads(repeat)["resourceSpans"]
+                       for ss in rs["scopeSpans"])
+        (tmp_path / "otel.json").write_text("\n".join([*alpha, *beta, repeat]) + "\n")
+        split = split_collector_files(tmp_path / "otel.json", tmp_path / "split")
+        assert (split.runs["alpha"].duplicate_spans, split.runs["beta"].duplicate_spans) == (repeated, 0)
+        assert main(["report", str(tmp_path / "otel.json"), "--run-id", "beta", "--json"]) == EXIT_OK
+        assert not any("repeated" in n for n in json.loads(capsys.readouterr().out)["notes"])
+        assert main(["report", str(tmp_path / "otel.json"), "--run-id", "alpha", "--json"]) == EXIT_OK
+        notes = json.loads(capsys.readouterr().out)["notes"]
+        assert any(n.startswith(f"{repeated} repeated span(s) and 0 ") for n in notes), notes
+
     def test_several_runs_without_run_id_is_a_usage_error_listing_them(self, otel, capsys):
         assert main(["report", str(otel)]) == EXIT_USAGE
         err = capsys.readouterr().err

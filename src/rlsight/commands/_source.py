@@ -84,9 +84,10 @@ def open_run(path: Path, run_id: str | None = None) -> Iterator[RunSource]:
             raise AmbiguousRunError(f"the Collector files at {path} hold {len(runs)} runs: "
                                     f"{listed}; pick one with --run-id")
         notes = []
-        if split.duplicate_spans or split.duplicate_points:
-            notes.append(f"{split.duplicate_spans} repeated span(s) and {split.duplicate_points} "
-                         "repeated metric point(s) in the Collector files ignored (a retried export)")
+        if chosen.duplicate_spans or chosen.duplicate_points:
+            notes.append(f"{chosen.duplicate_spans} repeated span(s) and {chosen.duplicate_points} "
+                         "repeated metric point(s) of this run in the Collector files ignored "
+                         "(a retried export)")
         yield RunSource(chosen.folder, split.skipped, notes)
 
 

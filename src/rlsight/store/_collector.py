@@ -45,6 +45,10 @@ class CollectorRun:
     folder: Path
     spans: int
     metric_points: int
+    duplicate_spans: int = 0
+    """This run's spans that a retried export wrote again (dropped, counted here)."""
+    duplicate_points: int = 0
+    """This run's metric points that a retried export wrote again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +98,8 @@ class _Writer:
         self.folders: dict[str, Path] = {}
         self.spans: dict[str, int] = {}
         self.points: dict[str, int] = {}
+        self.repeated_spans: dict[str, int] = {}
+        self.repeated_points: dict[str, int] = {}
 
     def write(self, run_id: str, kind: str, request: dict[str, Any]) -> None:
         handle = self._files.get((run_id, kind))
@@ -123,7 +129,9 @@ class _Splitter:
         counts: dict[str, int] = {}
         new: set[tuple[str, str]] = set()
         repeats = 0
+        repeated: dict[str, int] = {}
         for rs in request["resourceSpans"]:
+            run = _run_id(rs.get("resource"))
             scopes = []
             for ss in rs.get("scopeSpans") or ():
                 spans = []
@@ -131,17 +139,19 @@ class _Splitter:
                     key = (str(s["traceId"]), str(s["spanId"]))
                     if key in self.seen_spans or key in new:
                         repeats += 1
+                        repeated[run] = repeated.get(run, 0) + 1
                         continue
                     new.add(key)
                     spans.append(s)
                 if spans:
                     scopes.append({**ss, "spans": spans})
             if scopes:
-                run = _run_id(rs.get("resource"))
                 by_run.setdefault(run, []).append({**rs, "scopeSpans": scopes})
                 counts[run] = counts.get(run, 0) + sum(len(s["spans"]) for s in scopes)
         self.seen_spans |= new
         self.duplicate_spans += repeats
+        for run, n in repeated.items():
+            self.writer.repeated_spans[run] = self.writer.repeated_spans.get(run, 0) + n
         for run, resource_spans in by_run.items():
             self.writer.write(run, "traces", {"resourceSpans": resource_spans})
             self.writer.spans[run] = self.writer.spans.get(run, 0) + counts[run]
@@ -151,7 +161,9 @@ class _Splitter:
         counts: dict[str, int] = {}
         new: set[str] = set()
         repeats = 0
+        repeated: dict[str, int] = {}
         for rm in request["resourceMetrics"]:
+            run = _run_id(rm.get("resource"))
             resource = json.dumps(rm.get("resource") or {}, sort_keys=True)
             scopes = []
             kept = 0
@@ -166,6 +178,7 @@ class _Splitter:
                         key = f"{resource}\x00{m['name']}\x00{json.dumps(p, sort_keys=True)}"
                         if key in self.seen_points or key in new:
                             repeats += 1
+                            repeated[run] = repeated.get(run, 0) + 1
                             continue
                         new.add(key)
                         points.append(p)
@@ -175,11 +188,12 @@ class _Splitter:
                 if metrics:
                     scopes.append({**sm, "metrics": metrics})
             if scopes:
-                run = _run_id(rm.get("resource"))
                 by_run.setdefault(run, []).append({**rm, "scopeMetrics": scopes})
                 counts[run] = counts.get(run, 0) + kept
         self.seen_points |= new
         self.duplicate_points += repeats
+        for run, n in repeated.items():
+            self.writer.repeated_points[run] = self.writer.repeated_points.get(run, 0) + n
         for run, resource_metrics in by_run.items():
             self.writer.write(run, "metrics", {"resourceMetrics": resource_metrics})
             self.writer.points[run] = self.writer.points.get(run, 0) + counts[run]
@@ -208,7 +222,8 @@ def split_collector_files(source: Path | str, into: Path | str) -> CollectorSpli
     finally:
         writer.close()
     runs = {
-        run: CollectorRun(run, folder, writer.spans.get(run, 0), writer.points.get(run, 0))
+        run: CollectorRun(run, folder, writer.spans.get(run, 0), writer.points.get(run, 0),
+                          writer.repeated_spans.get(run, 0), writer.repeated_points.get(run, 0))
         for run, folder in writer.folders.items()
     }
     return CollectorSplit(runs, len(files), splitter.duplicate_spans, splitter.duplicate_points,

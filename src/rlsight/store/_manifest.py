@@ -55,7 +55,8 @@ def write_manifest(
             stacklevel=3,
         )
         return run_dir / "manifest.json"
-    cfg = asdict(config)
+    # The settings only: a private field (which ones were given) is not the run's config.
+    cfg = {k: v for k, v in asdict(config).items() if not k.startswith("_")}
     # The manifest is a plain file anyone with the run folder reads: no secrets in it.
     cfg["resource_attributes"] = {
         k: REDACTED if is_content_key(k) and is_content(v) else v

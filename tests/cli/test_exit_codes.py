@@ -77,3 +77,12 @@ def test_a_missing_extra_is_one_message_and_code_for_every_command(
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"rlsight {command}: needs ")
     assert err.endswith(f"from the {extra} extra; install it with: pip install 'rlsight[{extra}]'")
+
+
+@pytest.mark.parametrize("url", ["localhost:4318", "ftp://collector:4318", "not a url"])
+def test_export_to_a_malformed_endpoint_is_a_usage_error(url, tmp_path, capsys):
+    # docs/cli.md: a bad flag value is exit 2; 3 is for a RUN_DIR missing or not writable.
+    (tmp_path / "traces").mkdir()
+    assert main(["export", str(tmp_path), "--otlp-endpoint", url]) == EXIT_USAGE
+    assert capsys.readouterr().err.startswith(f"rlsight export: --otlp-endpoint {url!r}: ")
+    assert not (tmp_path / "export").exists()

@@ -31,10 +31,15 @@ def run(args: argparse.Namespace) -> int:
     """Export the run and print what was sent."""
     if args.protocol == "grpc" and missing_extra("export", "grpc", extra="grpc"):
         return EXIT_USAGE
+    from rlsight.config import endpoint_problem
     from rlsight.errors import StoreError
     from rlsight.render._format import terminal_safe
     from rlsight.store._replay import export_run
 
+    problem = endpoint_problem(args.otlp_endpoint)
+    if problem is not None:  # a bad flag value: a usage error, before the run is looked at
+        print(f"rlsight export: --otlp-endpoint {args.otlp_endpoint!r}: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         result = export_run(args.run_dir, args.otlp_endpoint, args.protocol)
     except StoreError as exc:

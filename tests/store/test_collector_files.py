@@ -45,14 +45,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 @pytest.fixture
 def otel(runs: tuple[Path, Path], tmp_path: Path) -> Path:
-    """A Collector output folder: both runs interleaved, a rotated file, a repeat, a log line."""
+    """A Collector output folder: both runs interleaved, a rotated file, a repeat of beta's, a log line."""
     lines = _lines(runs[0]) + _lines(runs[1])
     random.Random(7).shuffle(lines)
     folder = tmp_path / "otel"
     folder.mkdir()
     cut = len(lines) // 3
     (folder / "telemetry-2026-11-30T15-00-00.000.json").write_text("\n".join(lines[:cut]) + "\n")
-    repeat = next(line for line in lines if "resourceSpans" in line)
+    repeat = next(line for line in _lines(runs[1]) if "resourceSpans" in line)  # beta's: its report notes it
     log = json.dumps({"resourceLogs": [{"resource": {}, "scopeLogs": []}]})
     (folder / "telemetry.json").write_text("\n".join([*lines[cut:], repeat, log, "{not json"]) + "\n")
     (folder / "README.txt").write_text("not read: only *.json and *.jsonl files are")

@@ -135,6 +135,13 @@ class TestCommands:
         notes = json.loads(capsys.readouterr().out)["notes"]
         assert any(n.startswith(f"{repeated} repeated span(s) and 0 ") for n in notes), notes
 
+    def test_the_runs_root_is_not_a_run_and_the_error_names_its_runs(self, runs, capsys):
+        root = runs[0].parent  # ./rlsight-runs: what a newcomer passes first
+        assert main(["report", str(root)]) == EXIT_INPUT
+        err = capsys.readouterr().err
+        assert f"{root} is a folder of runs (alpha, beta), not a run" in err
+        assert f"rlsight runs {root}" in err
+
     def test_several_runs_without_run_id_is_a_usage_error_listing_them(self, otel, capsys):
         assert main(["report", str(otel)]) == EXIT_USAGE
         err = capsys.readouterr().err

@@ -76,6 +76,12 @@ def collector_files(source: Path) -> list[Path]:
     files = sorted(p for p in source.iterdir()
                    if p.is_file() and p.name.endswith(COLLECTOR_SUFFIXES) and not p.name.startswith("."))
     if not files:
+        runs = sorted(p.name for p in source.iterdir()
+                      if p.is_dir() and ((p / "traces").is_dir() or (p / "manifest.json").is_file()))
+        if runs:  # the runs root (./rlsight-runs), not a run: name the runs in it
+            shown = ", ".join(runs[:5]) + (f" and {len(runs) - 5} more" if len(runs) > 5 else "")
+            raise StoreError(f"{source} is a folder of runs ({shown}), not a run; pass one of "
+                             f"them (`rlsight runs {source}` lists them)")
         raise StoreError(f"{source} holds neither a run (traces/, manifest.json) nor Collector "
                          f"files ({', '.join('*' + s for s in COLLECTOR_SUFFIXES)})")
     return files

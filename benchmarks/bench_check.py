@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _harness import compare, emit_json, parse_args, ratio_table
 
 from rlsight.check import load_check_config, run_check
-from rlsight.check._ast import python_files
+from rlsight.check._source import python_files
 
 REPO = Path(__file__).resolve().parents[1]
 BIGRL = REPO / "tests" / "check" / "fixtures" / "bigrl" / "pyproject.toml"

@@ -7,7 +7,10 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlsight.check._ast import Resolved, SpanEmit, collect_facts, load_project
+from rlsight.check._collector import collect_facts
+from rlsight.check._facts import SpanEmit
+from rlsight.check._project import load_project
+from rlsight.check._values import Resolved
 
 HEADER = "from rlsight import RL, span\n"
 
@@ -134,7 +137,8 @@ _TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=2
 def test_any_string_literal_resolves_to_itself(value: str) -> None:
     import ast
 
-    from rlsight.check._ast import Project, SourceModule
+    from rlsight.check._project import Project
+    from rlsight.check._source import SourceModule
 
     tree = ast.parse(f"X = {value!r}\n")
     module = SourceModule(Path("m.py"), "m.py", "m", False, tree, ())
@@ -148,7 +152,8 @@ def test_any_string_literal_resolves_to_itself(value: str) -> None:
 def test_concatenation_of_literals_resolves_to_the_joined_string(parts: list[str]) -> None:
     import ast
 
-    from rlsight.check._ast import Project, SourceModule
+    from rlsight.check._project import Project
+    from rlsight.check._source import SourceModule
 
     tree = ast.parse(" + ".join(repr(p) for p in parts), mode="eval")
     module = SourceModule(Path("m.py"), "m.py", "m", False, ast.parse(""), ())

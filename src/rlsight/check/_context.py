@@ -6,9 +6,11 @@ import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from rlsight.check._ast import Facts, Project, SourceModule
 from rlsight.check._docs import DocsIndex
+from rlsight.check._facts import Facts
 from rlsight.check._model import Violation
+from rlsight.check._project import Project
+from rlsight.check._source import SourceModule
 from rlsight.check.config import CheckConfig
 
 __all__ = ["CheckContext", "closest", "nothing_to_check"]

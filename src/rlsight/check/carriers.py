@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from rlsight.check._ast import CarrierDispatch, CarrierMethod
 from rlsight.check._context import CheckContext, closest, nothing_to_check
+from rlsight.check._facts import CarrierDispatch, CarrierMethod
 from rlsight.check._model import GuardResult, Violation
 
 __all__ = ["GUARD", "TITLE", "check"]

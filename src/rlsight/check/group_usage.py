@@ -12,8 +12,8 @@ relabels spans at runtime) is per-prompt volume counted as per-step.
 
 from __future__ import annotations
 
-from rlsight.check._ast import DECORATOR_HELPERS, GROUP_AND_NAME_HELPERS, PER_PROMPT, UMBRELLA_HELPERS
 from rlsight.check._context import CheckContext, nothing_to_check
+from rlsight.check._helpers import DECORATOR_HELPERS, GROUP_AND_NAME_HELPERS, PER_PROMPT, UMBRELLA_HELPERS
 from rlsight.check._model import GuardResult, Violation
 
 __all__ = ["GUARD", "TITLE", "check"]

@@ -23,10 +23,12 @@ from rlsight.check import (
     span_groups,
     span_names,
 )
-from rlsight.check._ast import collect_facts, load_project, python_files
+from rlsight.check._collector import collect_facts
 from rlsight.check._context import CheckContext
 from rlsight.check._docs import DocsIndex, read_docs
 from rlsight.check._model import CheckInputError, GuardResult, Violation
+from rlsight.check._project import load_project
+from rlsight.check._source import python_files
 from rlsight.check.config import CheckConfig
 
 __all__ = ["SCHEMA_VERSION", "CheckReport", "run_check"]

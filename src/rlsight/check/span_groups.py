@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from rlsight.check._ast import PER_PROMPT, Resolved
 from rlsight.check._context import CheckContext, closest, nothing_to_check
+from rlsight.check._helpers import PER_PROMPT
 from rlsight.check._model import GuardResult, Violation
+from rlsight.check._values import Resolved
 
 __all__ = ["GUARD", "TITLE", "check"]
 

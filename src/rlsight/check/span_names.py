@@ -20,9 +20,11 @@ import ast
 from collections import defaultdict
 
 from rlsight._semconv import EFFICIENCY_SPAN_PREFIX
-from rlsight.check._ast import FIXED_SPANS, Resolved, SpanEmit
 from rlsight.check._context import CheckContext, nothing_to_check
+from rlsight.check._facts import SpanEmit
+from rlsight.check._helpers import FIXED_SPANS
 from rlsight.check._model import GuardResult, Violation
+from rlsight.check._values import Resolved
 
 __all__ = ["GUARD", "TITLE", "check"]
 

@@ -8,6 +8,7 @@ Every guard works on the same facts. Calls are recognised by what their callee r
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 
 from rlsight._semconv import EFFICIENCY_SPAN_PREFIX, SETUP_SPAN_PREFIX, TIMER_SPAN_PREFIX
 from rlsight.check._facts import (
@@ -25,6 +26,7 @@ from rlsight.check._facts import (
 from rlsight.check._helpers import (
     DECORATOR_HELPERS,
     FIXED_SPANS,
+    GATE,
     GROUP_AND_NAME_HELPERS,
     PER_PROMPT,
 )
@@ -291,22 +293,51 @@ class _Collector(ast.NodeVisitor):
 
     def visit_Compare(self, node: ast.Compare) -> None:
         # rlsight's own fast path: ``if RL.JOB not in _GATE.enabled`` gates like
-        # ``is_span_group_enabled(RL.JOB)``.
+        # ``is_span_group_enabled(RL.JOB)``, under whatever name the gate is reached.
         if (
             not self.module.external
             and len(node.ops) == 1
             and isinstance(node.ops[0], (ast.In, ast.NotIn))
-            and self._is_gate_set(node.comparators[0])
+            and self._is_gate_set(node.comparators[0], frozenset())
         ):
             self.facts.gates.append(GroupGate(self.module, node.lineno, self.resolve(node.left)))
         self.generic_visit(node)
 
-    def _is_gate_set(self, expr: ast.expr) -> bool:
-        qualified = self.project.qualify(self.module, expr)
-        if qualified is None or not qualified.endswith("._GATE.enabled"):
+    def _is_gate_set(self, expr: ast.expr, seen: frozenset[int]) -> bool:
+        """Whether ``expr`` is the gate's ``enabled`` set: ``<gate>.enabled`` or a local bound to it."""
+        if isinstance(expr, ast.Attribute) and expr.attr == "enabled":
+            return self._is_gate(expr.value, seen)
+        return self._local_alias_of(expr, self._is_gate_set, seen)
+
+    def _is_gate(self, expr: ast.expr, seen: frozenset[int]) -> bool:
+        """Whether ``expr`` resolves to rlsight's gate object (:data:`GATE`), however named."""
+        if isinstance(expr, ast.Name) and self._local(expr.id):
+            return self._local_alias_of(expr, self._is_gate, seen)
+        return self.project.origin(self.project.qualify(self.module, expr)) == GATE
+
+    def _local(self, name: str) -> bool:
+        scope = self.scope
+        while scope is not None:
+            if name in scope.params or name in scope.assigned:
+                return True
+            scope = scope.enclosing
+        return False
+
+    def _local_alias_of(
+        self, expr: ast.expr, test: Callable[[ast.expr, frozenset[int]], bool], seen: frozenset[int]
+    ) -> bool:
+        """Whether ``expr`` is a function-local name whose every assignment passes ``test``."""
+        if not isinstance(expr, ast.Name) or id(expr) in seen:
             return False
-        owner = qualified.removesuffix("._GATE.enabled")
-        return any(owner == r or owner.startswith(r + ".") for r in self.project.helper_roots)
+        scope = self.scope
+        while scope is not None:
+            if expr.id in scope.params:
+                return False
+            if expr.id in scope.assigned:
+                values = scope.assigned[expr.id]
+                return all(v is not None and test(v, seen | {id(expr)}) for v in values)
+            scope = scope.enclosing
+        return False
 
     def visit_Call(self, node: ast.Call) -> None:
         helper = self.helper(node.func)

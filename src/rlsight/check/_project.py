@@ -81,6 +81,35 @@ class Project:
             qualified = None if reexporter is None else reexporter.imports.get(attr)
         return None
 
+    def origin(self, qualified: str | None) -> str | None:
+        """Where the object ``qualified`` names is defined, following re-exports and aliases.
+
+        ``pkg.api._G`` with ``from rlsight.groups import _GATE as _G`` in ``pkg.api`` (or
+        ``_G = _GATE`` there) is ``rlsight.groups._GATE``: what a name means, not how the code
+        at hand spells it. A name in no parsed module is taken as it is qualified.
+        """
+        for _ in range(8):
+            if qualified is None:
+                return None
+            parts = qualified.split(".")
+            following: str | None = qualified
+            for cut in range(len(parts) - 1, 0, -1):
+                module = self.by_name.get(".".join(parts[:cut]))
+                if module is None:
+                    continue
+                head, rest = parts[cut], parts[cut + 1 :]
+                value = module.constants.get(head)
+                if head in module.imports:
+                    following = ".".join([module.imports[head], *rest])
+                elif isinstance(value, (ast.Name, ast.Attribute)):
+                    base = self.qualify(module, value)
+                    following = None if base is None else ".".join([base, *rest])
+                break
+            if following == qualified:
+                return qualified
+            qualified = following
+        return None
+
     def lookup(self, qualified: str, depth: int = 0) -> tuple[SourceModule, ast.expr] | None:
         """The defining expression of the constant ``qualified`` names, following re-exports."""
         if depth > 8:

@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rlsight.check.tables import metrics_table
 from rlsight.errors import MetricSpecError, RlsightWarning
 from rlsight.metrics import (
     DOC_BEGIN,
     DOC_END,
     MetricSpec,
     metric_groups_table,
-    metrics_table,
     record_inference,
     record_metrics,
     register_metric_group,

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
+from rlsight._doc_tables import markdown_table
 from rlsight.step_summary import GOODPUT_CONTRIBUTOR_SECONDS, GOODPUT_PCT, GOODPUT_SECONDS
 
 __all__ = ["PANELS", "Panel", "grafana_dashboard", "panels_table", "prometheus_name"]
@@ -95,8 +96,6 @@ PANELS: Final[tuple[Panel, ...]] = (
 
 def panels_table() -> str:
     """The Markdown table of :data:`PANELS` for docs/dashboards.md."""
-    from rlsight.check.tables import markdown_table
-
     rows = [[p.title, f"`{p.expr}`", "stacked" if p.stacked else "lines", p.description]
             for p in PANELS]
     return markdown_table(["panel", "PromQL", "style", "what it shows"], rows)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
+from rlsight._doc_tables import METRIC_COLUMNS, markdown_table
 from rlsight._instruments import InstrumentCache
 from rlsight._semconv import EFFICIENCY_CATEGORY, EFFICIENCY_MEASUREMENT, STEP
 from rlsight.errors import MetricSpecError, warn_once
@@ -51,7 +52,6 @@ __all__ = [
     "MetricKind",
     "MetricSpec",
     "metric_groups_table",
-    "metrics_table",
     "record_inference",
     "record_metrics",
     "register_metric_group",
@@ -548,91 +548,12 @@ def _is_amount(value: object, arg: str) -> bool:
 _TEE_ATTRIBUTES: Final = f"`{STEP}`, `{WINDOW_ATTRIBUTE}` (when teed)"
 
 
-def _builtin_rows() -> list[list[str]]:
-    from rlsight.engines import ENGINE_SERIES
-    from rlsight.step_summary import GOODPUT_CONTRIBUTOR_SECONDS, GOODPUT_PCT, GOODPUT_SECONDS
-
-    engine_attrs = "`rl.step`, `rl.engine.name`"
-    rows = [
-        [f"`{EFFICIENCY_SECONDS}`", "counter", "`s`",
-         f"`rl.step`, `{EFFICIENCY_CATEGORY}`, `{EFFICIENCY_MEASUREMENT}`",
-         "—", "Seconds in each efficiency category during the step (`tee_step_metrics`); "
-         "`rl.efficiency.measurement` is `span` or `reported` (`record_efficiency_seconds`)."],
-        [f"`{EFFICIENCY_PCT}`", "gauge", "`%`",
-         f"`rl.step`, `{EFFICIENCY_CATEGORY}`, `{EFFICIENCY_MEASUREMENT}`, `rl.window`", "—",
-         "Share of the window's wall time in the category; `rl.window` says step or run."],
-        [f"`{SKIPPED}`", "counter", "`{point}`", f"`{_NAME}`, `{_REASON}`, + the record's", "—",
-         "Declared values left out (reason `missing`, `not_a_number`, `not_finite`, "
-         "`negative`); never recorded as 0."],
-        [f"`{GOODPUT_SECONDS}`", "counter", "`s`", "`rl.step`, `rl.bucket`", "—",
-         "Seconds of the driver's step in each bucket (`unattributed` too), as each step ends."],
-        [f"`{GOODPUT_PCT}`", "gauge", "`%`", "`rl.step`", "—",
-         "The step's productive share of its wall time (`rlsight/goodput_pct`)."],
-        [f"`{GOODPUT_CONTRIBUTOR_SECONDS}`", "counter", "`s`",
-         "`rl.step`, `rl.bucket`, `rl.contributor`", "—",
-         "Seconds of the step a span name or efficiency category decided (idle, overhead, "
-         "wasted)."],
-        ["`rl.setup.duration`", "histogram", "`s`", "`phase`", "—",
-         "Wall time of each startup phase (`setup_span`)."],
-        ["`rl.telemetry.dropped_spans`", "counter", "`{span}`",
-         "`rl.telemetry.sink`, `rl.telemetry.reason`", "—",
-         "Spans an exporter dropped (sink `store` or `otlp`; reason `lag`, `queue_full`, "
-         "`export_failed`, `shutdown_timeout`...); see [reliability](reliability.md)."],
-        [f"`{_GEN_AI_CLIENT_DURATION}`", "histogram", "`s`",
-         "`gen_ai.request.model`, `gen_ai.operation.name`, `gen_ai.provider.name`", "—",
-         "Duration of one inference call as the caller timed it (`record_inference`)."],
-        [f"`{_GEN_AI_SERVER_DURATION}`", "histogram", "`s`",
-         "`gen_ai.request.model`, `gen_ai.operation.name`, `gen_ai.provider.name`", "—",
-         "Duration of one request as the model server timed it "
-         "(`record_inference(..., side=\"server\")`)."],
-        [f"`{_GEN_AI_TOKENS}`", "histogram", "`{token}`",
-         "`gen_ai.token.type`, `gen_ai.request.model`, `gen_ai.operation.name`, "
-         "`gen_ai.provider.name`", "—",
-         "Input and output tokens of one inference call (`record_inference`, client side)."],
-    ]
-    for spec in ENGINE_SERIES:
-        extra = "".join(f", `{a}`" for a in spec.attributes)
-        if spec.kind == "counter":
-            rows.append([f"`{spec.name}`", "counter", f"`{spec.unit}`", engine_attrs + extra,
-                         "—", spec.description + " Per-step delta."])
-            continue
-        if spec.kind == "gauge":
-            rows.append([f"`{spec.name}`", "gauge", f"`{spec.unit}`", engine_attrs + extra,
-                         "—", spec.description + f" Level, {spec.aggregate} over engines."])
-            continue
-        rows += [
-            [f"`{spec.name}.count`", "counter", "`1`", engine_attrs + extra, "—",
-             f"Observations of: {spec.description[0].lower()}{spec.description[1:]}"],
-            [f"`{spec.name}.sum`", "counter", f"`{spec.unit}`", engine_attrs + extra, "—",
-             f"Sum of the observations of `{spec.name}`."],
-            [f"`{spec.name}.bucket`", "counter", "`1`", engine_attrs + extra + ", `rl.engine.le`",
-             "—", "Observations at most `rl.engine.le` (cumulative, as Prometheus buckets)."],
-        ]
-    return rows
-
-
-_HEADER: Final = ("metric", "kind", "unit", "attributes", "logger key", "description")
-
-
-def metrics_table() -> str:
-    """The Markdown table of every metric rlsight itself records (docs/metrics.md).
-
-    It covers the efficiency, startup, GenAI and engine metrics; groups declared with
-    :func:`register_metric_group` are listed by :func:`metric_groups_table`.
-    """
-    from rlsight.check.tables import markdown_table
-
-    return markdown_table(_HEADER, _builtin_rows())
-
-
 def metric_groups_table(groups: Mapping[str, Sequence[MetricSpec]] | None = None) -> str:
     """The Markdown table of declared metric groups (default: every registered group).
 
     Use it to generate the table of your own groups in your docs, between marker comments,
     so it cannot drift from the declarations.
     """
-    from rlsight.check.tables import markdown_table
-
     chosen = registered_metric_groups() if groups is None else groups
     rows = [
         [f"`{spec.name}`", spec.kind, f"`{spec.unit}`", _TEE_ATTRIBUTES, f"`{spec.logger_key}`",
@@ -640,4 +561,4 @@ def metric_groups_table(groups: Mapping[str, Sequence[MetricSpec]] | None = None
         for group, specs in chosen.items()
         for spec in specs
     ]
-    return markdown_table(_HEADER, rows)
+    return markdown_table(METRIC_COLUMNS, rows)

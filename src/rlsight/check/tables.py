@@ -3,28 +3,19 @@
 Each generator returns the exact text that belongs between
 ``<!-- rlsight:begin NAME -->`` and ``<!-- rlsight:end NAME -->``. They import rlsight's own
 modules (never the checked project's), so a table always describes the installed rlsight.
-``GENERATORS`` maps a block name to ``"module:function"`` so that a module owning another
-table (metrics, say) can add a row here without this module importing it eagerly.
+The drift checker sits above the instrumentation: it imports the modules whose registries
+it prints (inside each generator, so ``rlsight check`` without ``--write-docs`` and the
+guards that need no table load none of them); nothing of the instrumentation imports it.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from typing import Final
 
-__all__ = ["GENERATORS", "generate", "markdown_table"]
+from rlsight._doc_tables import METRIC_COLUMNS, markdown_table
 
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    """A GitHub-flavoured Markdown table; ``|`` inside cells is escaped."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
+__all__ = ["GENERATORS", "generate", "metrics_table"]
 
 
 _OWN_NAMESPACE: Final = "rl"
@@ -122,16 +113,112 @@ def efficiency_categories_table() -> str:
     return markdown_table(["category", "span", "bucket"], rows)
 
 
-#: Block name -> ``"module:function"`` returning the block's Markdown.
-GENERATORS: Final[dict[str, str]] = {
-    "span-groups": "rlsight.check.tables:span_groups_table",
-    "presets": "rlsight.check.tables:presets_table",
-    "configuration": "rlsight.check.tables:configuration_table",
-    "identity": "rlsight.check.tables:identity_table",
-    "efficiency-categories": "rlsight.check.tables:efficiency_categories_table",
-    "metrics": "rlsight.metrics:metrics_table",
-    "dashboard-panels": "rlsight.dashboards:panels_table",
-    "grafana-dashboard": "rlsight.dashboards:grafana_dashboard_block",
+def metrics_table() -> str:
+    """The Markdown table of every metric rlsight itself records (docs/metrics.md).
+
+    It covers the efficiency, startup, GenAI and engine metrics; groups declared with
+    :func:`rlsight.metrics.register_metric_group` are listed by
+    :func:`rlsight.metrics.metric_groups_table`.
+    """
+    return markdown_table(METRIC_COLUMNS, _builtin_metric_rows())
+
+
+def _builtin_metric_rows() -> list[list[str]]:
+    from rlsight._semconv import EFFICIENCY_CATEGORY, EFFICIENCY_MEASUREMENT
+    from rlsight.engines import ENGINE_SERIES
+    from rlsight.metrics import (
+        _GEN_AI_CLIENT_DURATION,
+        _GEN_AI_SERVER_DURATION,
+        _GEN_AI_TOKENS,
+        _NAME,
+        _REASON,
+        EFFICIENCY_PCT,
+        EFFICIENCY_SECONDS,
+        SKIPPED,
+    )
+    from rlsight.step_summary import GOODPUT_CONTRIBUTOR_SECONDS, GOODPUT_PCT, GOODPUT_SECONDS
+
+    engine_attrs = "`rl.step`, `rl.engine.name`"
+    rows = [
+        [f"`{EFFICIENCY_SECONDS}`", "counter", "`s`",
+         f"`rl.step`, `{EFFICIENCY_CATEGORY}`, `{EFFICIENCY_MEASUREMENT}`",
+         "—", "Seconds in each efficiency category during the step (`tee_step_metrics`); "
+         "`rl.efficiency.measurement` is `span` or `reported` (`record_efficiency_seconds`)."],
+        [f"`{EFFICIENCY_PCT}`", "gauge", "`%`",
+         f"`rl.step`, `{EFFICIENCY_CATEGORY}`, `{EFFICIENCY_MEASUREMENT}`, `rl.window`", "—",
+         "Share of the window's wall time in the category; `rl.window` says step or run."],
+        [f"`{SKIPPED}`", "counter", "`{point}`", f"`{_NAME}`, `{_REASON}`, + the record's", "—",
+         "Declared values left out (reason `missing`, `not_a_number`, `not_finite`, "
+         "`negative`); never recorded as 0."],
+        [f"`{GOODPUT_SECONDS}`", "counter", "`s`", "`rl.step`, `rl.bucket`", "—",
+         "Seconds of the driver's step in each bucket (`unattributed` too), as each step ends."],
+        [f"`{GOODPUT_PCT}`", "gauge", "`%`", "`rl.step`", "—",
+         "The step's productive share of its wall time (`rlsight/goodput_pct`)."],
+        [f"`{GOODPUT_CONTRIBUTOR_SECONDS}`", "counter", "`s`",
+         "`rl.step`, `rl.bucket`, `rl.contributor`", "—",
+         "Seconds of the step a span name or efficiency category decided (idle, overhead, "
+         "wasted)."],
+        ["`rl.setup.duration`", "histogram", "`s`", "`phase`", "—",
+         "Wall time of each startup phase (`setup_span`)."],
+        ["`rl.telemetry.dropped_spans`", "counter", "`{span}`",
+         "`rl.telemetry.sink`, `rl.telemetry.reason`", "—",
+         "Spans an exporter dropped (sink `store` or `otlp`; reason `lag`, `queue_full`, "
+         "`export_failed`, `shutdown_timeout`...); see [reliability](reliability.md)."],
+        [f"`{_GEN_AI_CLIENT_DURATION}`", "histogram", "`s`",
+         "`gen_ai.request.model`, `gen_ai.operation.name`, `gen_ai.provider.name`", "—",
+         "Duration of one inference call as the caller timed it (`record_inference`)."],
+        [f"`{_GEN_AI_SERVER_DURATION}`", "histogram", "`s`",
+         "`gen_ai.request.model`, `gen_ai.operation.name`, `gen_ai.provider.name`", "—",
+         "Duration of one request as the model server timed it "
+         "(`record_inference(..., side=\"server\")`)."],
+        [f"`{_GEN_AI_TOKENS}`", "histogram", "`{token}`",
+         "`gen_ai.token.type`, `gen_ai.request.model`, `gen_ai.operation.name`, "
+         "`gen_ai.provider.name`", "—",
+         "Input and output tokens of one inference call (`record_inference`, client side)."],
+    ]
+    for spec in ENGINE_SERIES:
+        extra = "".join(f", `{a}`" for a in spec.attributes)
+        if spec.kind == "counter":
+            rows.append([f"`{spec.name}`", "counter", f"`{spec.unit}`", engine_attrs + extra,
+                         "—", spec.description + " Per-step delta."])
+            continue
+        if spec.kind == "gauge":
+            rows.append([f"`{spec.name}`", "gauge", f"`{spec.unit}`", engine_attrs + extra,
+                         "—", spec.description + f" Level, {spec.aggregate} over engines."])
+            continue
+        rows += [
+            [f"`{spec.name}.count`", "counter", "`1`", engine_attrs + extra, "—",
+             f"Observations of: {spec.description[0].lower()}{spec.description[1:]}"],
+            [f"`{spec.name}.sum`", "counter", f"`{spec.unit}`", engine_attrs + extra, "—",
+             f"Sum of the observations of `{spec.name}`."],
+            [f"`{spec.name}.bucket`", "counter", "`1`", engine_attrs + extra + ", `rl.engine.le`",
+             "—", "Observations at most `rl.engine.le` (cumulative, as Prometheus buckets)."],
+        ]
+    return rows
+
+
+def _panels_table() -> str:
+    from rlsight.dashboards import panels_table
+
+    return panels_table()
+
+
+def _grafana_dashboard_block() -> str:
+    from rlsight.dashboards import grafana_dashboard_block
+
+    return grafana_dashboard_block()
+
+
+#: Block name -> the function returning the block's Markdown.
+GENERATORS: Final[dict[str, Callable[[], str]]] = {
+    "span-groups": span_groups_table,
+    "presets": presets_table,
+    "configuration": configuration_table,
+    "identity": identity_table,
+    "efficiency-categories": efficiency_categories_table,
+    "metrics": metrics_table,
+    "dashboard-panels": _panels_table,
+    "grafana-dashboard": _grafana_dashboard_block,
 }
 
 
@@ -141,6 +228,4 @@ def generate(name: str) -> str:
     Raises:
         KeyError: no generator has that name.
     """
-    module_name, _, attr = GENERATORS[name].partition(":")
-    func: Callable[[], str] = getattr(importlib.import_module(module_name), attr)
-    return func()
+    return GENERATORS[name]()

@@ -8,11 +8,12 @@ import their heavy dependencies inside ``run`` so ``rlsight --help`` stays fast.
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 import traceback
+from types import ModuleType
 from typing import Final
 
+from rlsight.commands import check, demo, diff, export, report, runs, timeline, watch
 from rlsight.commands._exit import (
     EXIT_BUG,
     EXIT_INPUT,
@@ -30,16 +31,17 @@ __all__ = [
 ]
 
 #: Subcommand name -> module. Order is the order ``--help`` lists them in.
-_COMMANDS: Final = {
-    "report": "rlsight.commands.report",
-    "watch": "rlsight.commands.watch",
-    "timeline": "rlsight.commands.timeline",
-    "diff": "rlsight.commands.diff",
-    "runs": "rlsight.commands.runs",
-    "export": "rlsight.commands.export",
-    "check": "rlsight.commands.check",
-    "demo": "rlsight.commands.demo",
+_COMMANDS: Final[dict[str, ModuleType]] = {
+    "report": report,
+    "watch": watch,
+    "timeline": timeline,
+    "diff": diff,
+    "runs": runs,
+    "export": export,
+    "check": check,
+    "demo": demo,
 }
+
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -48,8 +50,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, module_name in _COMMANDS.items():
-        module = importlib.import_module(module_name)
+    for name, module in _COMMANDS.items():
         doc = (module.__doc__ or "").strip().splitlines()
         summary = doc[0] if doc else name
         cmd = sub.add_parser(name, help=summary, description=(module.__doc__ or summary).strip())

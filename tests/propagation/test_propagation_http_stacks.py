@@ -241,3 +241,20 @@ def test_a_missing_package_names_the_extra_to_install(module: str, call: str, ex
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert f"pip install 'rlsight[{extra}]'" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("blocked", "call", "extra"),
+    [
+        ("httpx", instrument_httpx, "httpx"),
+        ("requests", instrument_requests, "requests"),
+        ("opentelemetry.instrumentation.asgi", lambda: instrument_asgi_app(object()), "asgi"),
+    ],
+)
+def test_a_missing_dependency_names_the_extra_to_install(
+    monkeypatch: pytest.MonkeyPatch, blocked: str, call: Callable[[], object], extra: str
+) -> None:
+    """A library the extra brings that cannot be imported gives an ImportError naming the extra."""
+    monkeypatch.setitem(sys.modules, blocked, None)  # how Python itself blocks an import
+    with pytest.raises(ImportError, match=rf"rlsight.http needs {blocked}: pip install 'rlsight\[{extra}\]'"):
+        call()

@@ -6,7 +6,7 @@ import threading
 import warnings
 from typing import TYPE_CHECKING, Any, Final
 
-from rlsight.http._gate import PROVIDER, import_extra
+from rlsight.http._gate import PROVIDER, needs_extra
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -29,10 +29,11 @@ def instrument_aiohttp_client() -> None:
         ImportError: aiohttp or the instrumentation is missing (``pip install 'rlsight[http]'``).
         RuntimeError: the instrumentation refused this aiohttp version.
     """
-    import_extra("aiohttp", _EXTRA)
-    client = import_extra("opentelemetry.instrumentation.aiohttp_client", _EXTRA)
+    with needs_extra(_EXTRA):
+        import aiohttp  # noqa: F401  (the library first: its absence is the likelier cause)
+        from opentelemetry.instrumentation.aiohttp_client import AioHttpClientInstrumentor
     with _LOCK:
-        instrumentor = client.AioHttpClientInstrumentor()
+        instrumentor = AioHttpClientInstrumentor()
         if instrumentor.is_instrumented_by_opentelemetry:
             return
         instrumentor.instrument(tracer_provider=PROVIDER)
@@ -72,8 +73,9 @@ def instrument_aiohttp_server(app: web.Application, /) -> web.Application:
 
 def _middleware() -> Any:
     global _server_middleware
-    import_extra("aiohttp", _EXTRA)
-    server = import_extra("opentelemetry.instrumentation.aiohttp_server", _EXTRA)
+    with needs_extra(_EXTRA):
+        import aiohttp  # noqa: F401  (the library first: its absence is the likelier cause)
+        from opentelemetry.instrumentation import aiohttp_server as server
     with _LOCK:
         if _server_middleware is not None:
             return _server_middleware

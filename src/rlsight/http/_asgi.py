@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from rlsight.http._gate import PROVIDER, import_extra
+from rlsight.http._gate import PROVIDER, needs_extra
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -36,11 +36,12 @@ def instrument_fastapi(app: _App, /) -> _App:
     Raises:
         ImportError: FastAPI or the instrumentation is missing (``pip install 'rlsight[fastapi]'``).
     """
-    import_extra("fastapi", "fastapi")
-    module = import_extra("opentelemetry.instrumentation.fastapi", "fastapi")
+    with needs_extra("fastapi"):
+        import fastapi  # noqa: F401  (the library first: its absence is the likelier cause)
+        from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
     if getattr(app, "_is_instrumented_by_opentelemetry", False):
         return app
-    module.FastAPIInstrumentor.instrument_app(
+    FastAPIInstrumentor.instrument_app(
         app, tracer_provider=PROVIDER, exclude_spans=_NO_MESSAGE_SPANS
     )
     return app
@@ -58,5 +59,6 @@ def instrument_asgi_app(app: Any, /) -> Any:
     Raises:
         ImportError: the ASGI instrumentation is missing (``pip install 'rlsight[asgi]'``).
     """
-    module = import_extra("opentelemetry.instrumentation.asgi", "asgi")
-    return module.OpenTelemetryMiddleware(app, tracer_provider=PROVIDER, exclude_spans=_NO_MESSAGE_SPANS)
+    with needs_extra("asgi"):
+        from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
+    return OpenTelemetryMiddleware(app, tracer_provider=PROVIDER, exclude_spans=_NO_MESSAGE_SPANS)

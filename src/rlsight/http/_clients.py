@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Final
 
-from rlsight.http._gate import PROVIDER, import_extra
+from rlsight.http._gate import PROVIDER, needs_extra
 
 if TYPE_CHECKING:
     import httpx
@@ -31,9 +31,10 @@ def instrument_httpx(client: httpx.Client | httpx.AsyncClient | None = None, /) 
         ImportError: httpx or the instrumentation is missing (``pip install 'rlsight[httpx]'``).
         RuntimeError: the instrumentation refused this httpx version.
     """
-    import_extra("httpx", "httpx")
-    module = import_extra("opentelemetry.instrumentation.httpx", "httpx")
-    instrumentor = module.HTTPXClientInstrumentor
+    with needs_extra("httpx"):
+        import httpx  # noqa: F401  (the library first: its absence is the likelier cause)
+        from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+    instrumentor = HTTPXClientInstrumentor
     if client is not None:
         if not getattr(client, "_is_instrumented_by_opentelemetry", False):
             instrumentor.instrument_client(client, tracer_provider=PROVIDER)
@@ -52,10 +53,11 @@ def instrument_requests() -> None:
         ImportError: requests or the instrumentation is missing (``pip install 'rlsight[requests]'``).
         RuntimeError: the instrumentation refused this requests version.
     """
-    import_extra("requests", "requests")
-    module = import_extra("opentelemetry.instrumentation.requests", "requests")
+    with needs_extra("requests"):
+        import requests  # noqa: F401  (the library first: its absence is the likelier cause)
+        from opentelemetry.instrumentation.requests import RequestsInstrumentor
     with _LOCK:
-        _instrument_globally(module.RequestsInstrumentor(), "requests")
+        _instrument_globally(RequestsInstrumentor(), "requests")
 
 
 def _instrument_globally(instrumentor: object, extra: str) -> None:

@@ -10,11 +10,9 @@ handler's own spans under the caller.
 
 from __future__ import annotations
 
-import importlib
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from types import ModuleType
 from typing import Any, Final
 
 from opentelemetry import trace as _trace
@@ -26,7 +24,7 @@ from rlsight import runtime as _runtime
 from rlsight._semconv import SPAN_GROUP, THREAD_ID
 from rlsight.groups import _GATE, RL
 
-__all__ = ["PROVIDER", "import_extra"]
+__all__ = ["PROVIDER", "needs_extra"]
 
 _PER_PROMPT: Final = RL.PER_PROMPT
 
@@ -101,9 +99,15 @@ _TRACER: Final = _GatedTracer()
 PROVIDER: Final = _GatedTracerProvider()
 
 
-def import_extra(module: str, extra: str) -> ModuleType:
-    """Import ``module`` or raise an ``ImportError`` that names the rlsight extra to install."""
+@contextmanager
+def needs_extra(extra: str) -> Iterator[None]:
+    """An import that fails inside the block raises an ``ImportError`` naming the extra to install.
+
+    The imports stay ordinary ``import`` statements (visible to type checkers and to the import
+    graph); only the message changes.
+    """
     try:
-        return importlib.import_module(module)
+        yield
     except ImportError as exc:
-        raise ImportError(f"rlsight.http needs {module}: pip install 'rlsight[{extra}]' ({exc})") from exc
+        missing = exc.name or "a module it imports"
+        raise ImportError(f"rlsight.http needs {missing}: pip install 'rlsight[{extra}]' ({exc})") from exc

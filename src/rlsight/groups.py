@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from rlsight._rl_groups import NOT_PER_STEP, RL
 from rlsight.buckets import Bucket
 from rlsight.errors import SpanGroupError, warn_once
 
@@ -315,28 +316,6 @@ def _deactivate() -> None:
         _REGISTRY.publish()
 
 
-class RL:
-    """The ``rl`` namespace's span groups, as constants so call sites stay greppable."""
-
-    JOB: Final = "job"
-    STEP: Final = "step"
-    STARTUP: Final = "startup"
-    SETUP: Final = "setup"
-    ROLLOUT: Final = "rollout"
-    GENERATION: Final = "generation"
-    REWARD: Final = "reward"
-    LOGPROB: Final = "logprob"
-    TRAINING: Final = "training"
-    OPTIMIZER: Final = "optimizer"
-    REFIT: Final = "refit"
-    CHECKPOINT: Final = "checkpoint"
-    VALIDATION: Final = "validation"
-    DATA_PLANE: Final = "data_plane"
-    EFFICIENCY: Final = "efficiency"
-    PER_PROMPT: Final = "per_prompt"
-    ENGINE: Final = "engine"
-
-
 _P, _O = Bucket.PRODUCTIVE, Bucket.OVERHEAD
 _RL_GROUPS: Final = (
     SpanGroup(RL.JOB, "the run's root span, rl.job", umbrella=True),
@@ -357,7 +336,7 @@ _RL_GROUPS: Final = (
     SpanGroup(RL.PER_PROMPT, "spans emitted once per prompt (volume scales with data)"),
     SpanGroup(RL.ENGINE, "the inference engine's own per-request spans"),
 )
-_PER_STEP: Final = tuple(g.name for g in _RL_GROUPS if g.name not in (RL.PER_PROMPT, RL.ENGINE))
+_PER_STEP: Final = tuple(g.name for g in _RL_GROUPS if g.name not in NOT_PER_STEP)
 _MINIMAL: Final = (RL.JOB, RL.STEP, RL.STARTUP, RL.SETUP, RL.EFFICIENCY)
 
 # ``default`` is the reference instrumentation's name for its everyday preset (docs/migrating.md);

@@ -124,7 +124,7 @@ def test_rl_group_constant_resolves_through_rlsight_sources(tmp_path: Path) -> N
 
     pkg_dir = Path(rlsight.__file__).parent
     (tmp_path / "user.py").write_text(HEADER + 'span(RL.GENERATION, "x")\n')
-    external = [(pkg_dir / n, f"<rlsight>/{n}") for n in ("__init__.py", "groups.py")]
+    external = [(pkg_dir / n, f"<rlsight>/{n}") for n in ("__init__.py", "groups.py", "_rl_groups.py")]
     project = load_project([(tmp_path / "user.py", "user.py")], external, ("rlsight",))
     [emit] = [e for e in collect_facts(project).spans if not e.module.external]
     assert emit.group.values == {"generation"}

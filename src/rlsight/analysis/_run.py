@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from rlsight._rl_groups import NOT_PER_STEP, rl_group_names
 from rlsight._semconv import ALGORITHM, RUN_ID
 from rlsight.analysis._steps import find_steps
 from rlsight.analysis._table import SpanTable, build_table
@@ -45,8 +46,8 @@ _SKIPPED_EXAMPLES = 5
 #: Said in the notes when the manifest predates the recorded catalog.
 _NO_CATALOG_NOTE = (
     "manifest.json records no span-group catalog (written by an rlsight older than this "
-    "reader, or missing): which groups are in per_step comes from the groups registered in "
-    "this reading process, so a library's groups not imported here show as unknown"
+    "reader, or missing): which groups are in per_step comes from rlsight's own groups, "
+    "so a library's groups show as unknown"
 )
 
 
@@ -54,10 +55,11 @@ def per_step_catalog(manifest: Mapping[str, Any] | None = None) -> tuple[dict[st
     """Span group -> whether the run's ``per_step`` preset includes it, and a note if guessed.
 
     The run's own catalog in ``manifest.json`` (written at setup) is authoritative: it knows
-    the groups of every library the driver imported. Without one it falls back to the groups
-    registered in this process; when a manifest exists but predates the catalog, the second
-    value says so for the report's notes (no manifest at all is in-memory analysis, where
-    this process's registry is the run's).
+    the groups of every library the driver imported. Without one only rlsight's own groups
+    are known (the analysis never reads the live group registry: a report must not depend on
+    what the reading process imported); when a manifest exists but predates the catalog, the
+    second value says so for the report's notes. In-memory analysis without a manifest can
+    pass ``per_step`` (or a manifest with ``catalog``) to know other groups.
     """
     catalog = manifest.get("catalog") if manifest else None
     if isinstance(catalog, Mapping) and isinstance(catalog.get("span_groups"), Mapping):
@@ -65,11 +67,8 @@ def per_step_catalog(manifest: Mapping[str, Any] | None = None) -> tuple[dict[st
         groups = preset.get("groups") if isinstance(preset, Mapping) else None
         members = {str(g) for g in groups} if isinstance(groups, list) else set()
         return {str(name): name in members for name in catalog["span_groups"]}, None
-    from rlsight.groups import registered_groups, resolve_span_group_spec
-
-    members = set(resolve_span_group_spec(["per_step"]).enabled)
     note = _NO_CATALOG_NOTE if manifest else None
-    return {name: name in members for name in registered_groups()}, note
+    return {name: name not in NOT_PER_STEP for name in rl_group_names()}, note
 
 
 def most_common(values: Iterable[object]) -> str | None:
@@ -135,8 +134,8 @@ def analyze_columns(
         files: Number of trace files read.
         manifest: The run's ``manifest.json``, for the run id and algorithm.
         metrics: Metric points, for engine throughput.
-        per_step: Group -> in ``per_step`` (default: the manifest's catalog, else this
-            process's registry, which the notes then say).
+        per_step: Group -> in ``per_step`` (default: the manifest's catalog, else rlsight's
+            own groups only, which the notes say when the manifest lacks a catalog).
         k: Straggler threshold in MADs.
 
     Raises:

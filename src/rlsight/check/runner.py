@@ -50,6 +50,9 @@ _NEEDS_DOCS: Final = frozenset({span_names.GUARD, generated_docs.GUARD})
 _NOT_EXTERNAL: Final = frozenset({"check", "commands", "demo"})
 _PACKAGE: Final = Path(__file__).resolve().parents[1]
 _DECLARING: Final = ("register_span_groups(", "declare_efficiency_categories(")
+#: Always read: the re-exporting ``__init__`` and the pure vocabulary its names resolve to
+#: (``RL.GENERATION`` is defined in ``_rl_groups.py`` and re-exported by ``groups``).
+_ALWAYS_EXTERNAL: Final = frozenset({"__init__.py", "_rl_groups.py"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +135,7 @@ def _checked_files(config: CheckConfig) -> list[tuple[Path, str]]:
 
 
 def _external_files(checked: list[tuple[Path, str]]) -> list[tuple[Path, str]]:
-    """rlsight's modules that declare groups or categories, plus its re-exporting ``__init__``.
+    """rlsight's modules that declare groups or categories, plus :data:`_ALWAYS_EXTERNAL`.
 
     Parsing the whole package would cost more than checking a typical project; a text scan
     picks the few modules whose declarations a checked project can rely on.
@@ -144,7 +147,7 @@ def _external_files(checked: list[tuple[Path, str]]) -> list[tuple[Path, str]]:
         rel = file.relative_to(_PACKAGE)
         if rel.parts[0] in _NOT_EXTERNAL:
             continue
-        if rel.as_posix() != "__init__.py" and not any(
+        if rel.as_posix() not in _ALWAYS_EXTERNAL and not any(
             marker in file.read_text(encoding="utf-8") for marker in _DECLARING
         ):
             continue

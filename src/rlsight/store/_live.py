@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from rlsight._rl_groups import RL
 from rlsight._semconv import HOST_NAME, PROCESS_PID, SERVICE_INSTANCE_ID, SERVICE_NAME
-from rlsight.groups import RL
 from rlsight.store._lines import PARSE_ERRORS, int64, json_lines
 from rlsight.store._reader import _store_files
 from rlsight.store._schema import AttributeValue, SkippedRecord

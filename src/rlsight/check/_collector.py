@@ -1,16 +1,16 @@
 """The visitor: one pass over each module, turning rlsight helper calls into :class:`Facts`.
 
 Every guard works on the same facts. Calls are recognised by what their callee resolves to
-(:meth:`Project.helper`), and the span-group gate by what an expression resolves to
-(:meth:`Project.origin`), never by how the code spells it.
+(:meth:`Project.helper`), the span-group gate by what an expression resolves to
+(:mod:`._gate`), and carrier dispatches by :mod:`._dispatch`.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
 
 from rlsight._semconv import EFFICIENCY_SPAN_PREFIX, SETUP_SPAN_PREFIX, TIMER_SPAN_PREFIX
+from rlsight.check._dispatch import DispatchReader
 from rlsight.check._facts import (
     CarrierDispatch,
     CarrierMethod,
@@ -23,10 +23,10 @@ from rlsight.check._facts import (
     KeyEmit,
     SpanEmit,
 )
+from rlsight.check._gate import is_gate_set
 from rlsight.check._helpers import (
     DECORATOR_HELPERS,
     FIXED_SPANS,
-    GATE,
     GROUP_AND_NAME_HELPERS,
     PER_PROMPT,
 )
@@ -60,7 +60,7 @@ class _Collector(ast.NodeVisitor):
         self.per_prompt_depth = 0
         self.per_prompt_gates: list[int] = []
         self.decorator_calls: set[int] = set()
-        self.handle_targets = self._traced_handle_targets()
+        self.dispatch = DispatchReader(project, module)
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -71,62 +71,6 @@ class _Collector(ast.NodeVisitor):
         if expr is None:
             return unknown("a missing argument")
         return self.project.resolve(self.module, expr, self.scope)
-
-    def _traced_handle_targets(self) -> set[str]:
-        targets: set[str] = set()
-        if not any("traced_handle" in line for line in self.module.lines):
-            return targets  # skip a second walk over the tree in the common case
-        for node in ast.walk(self.module.tree):
-            if (
-                isinstance(node, ast.Assign)
-                and isinstance(node.value, ast.Call)
-                and self.helper(node.value.func) == "traced_handle"
-            ):
-                targets.update(ast.unparse(t) for t in node.targets)
-        return targets
-
-    def _is_carrier(self, expr: ast.expr, seen: frozenset[int] = frozenset()) -> bool:
-        if id(expr) in seen:
-            return False
-        seen = seen | {id(expr)}
-        if isinstance(expr, ast.Call):
-            if self.helper(expr.func) == "trace_context_kwargs":
-                return True
-            if isinstance(expr.func, ast.Name) and expr.func.id == "dict":
-                return any(k.arg is None and self._is_carrier(k.value, seen) for k in expr.keywords)
-            return False
-        if isinstance(expr, ast.Dict):
-            return any(
-                k is None and self._is_carrier(v, seen) for k, v in zip(expr.keys, expr.values, strict=True)
-            )
-        if isinstance(expr, ast.Name):
-            scope = self.scope
-            while scope is not None:
-                if expr.id in scope.assigned:
-                    return any(v is not None and self._is_carrier(v, seen) for v in scope.assigned[expr.id])
-                scope = scope.enclosing
-            value = self.module.constants.get(expr.id)
-            return value is not None and self._is_carrier(value, seen)
-        return False
-
-    def _call_target(self, expr: ast.expr) -> str | None:
-        """The method a dispatch goes to: ``h.method`` -> ``method``; a parameter -> None."""
-        if isinstance(expr, ast.Attribute):
-            return expr.attr
-        if isinstance(expr, ast.Name):
-            if self.scope is not None and expr.id in self.scope.params:
-                return None  # a wrapper forwarding whatever it was given
-            return expr.id
-        if (
-            isinstance(expr, ast.Call)
-            and isinstance(expr.func, ast.Name)
-            and expr.func.id == "getattr"
-            and len(expr.args) >= 2
-        ):
-            name = self.resolve(expr.args[1])
-            if name.is_known and len(name.values) == 1:
-                return next(iter(name.values))
-        return None
 
     # -- scopes -------------------------------------------------------------------------------
 
@@ -298,46 +242,10 @@ class _Collector(ast.NodeVisitor):
             not self.module.external
             and len(node.ops) == 1
             and isinstance(node.ops[0], (ast.In, ast.NotIn))
-            and self._is_gate_set(node.comparators[0], frozenset())
+            and is_gate_set(self.project, self.module, self.scope, node.comparators[0])
         ):
             self.facts.gates.append(GroupGate(self.module, node.lineno, self.resolve(node.left)))
         self.generic_visit(node)
-
-    def _is_gate_set(self, expr: ast.expr, seen: frozenset[int]) -> bool:
-        """Whether ``expr`` is the gate's ``enabled`` set: ``<gate>.enabled`` or a local bound to it."""
-        if isinstance(expr, ast.Attribute) and expr.attr == "enabled":
-            return self._is_gate(expr.value, seen)
-        return self._local_alias_of(expr, self._is_gate_set, seen)
-
-    def _is_gate(self, expr: ast.expr, seen: frozenset[int]) -> bool:
-        """Whether ``expr`` resolves to rlsight's gate object (:data:`GATE`), however named."""
-        if isinstance(expr, ast.Name) and self._local(expr.id):
-            return self._local_alias_of(expr, self._is_gate, seen)
-        return self.project.origin(self.project.qualify(self.module, expr)) == GATE
-
-    def _local(self, name: str) -> bool:
-        scope = self.scope
-        while scope is not None:
-            if name in scope.params or name in scope.assigned:
-                return True
-            scope = scope.enclosing
-        return False
-
-    def _local_alias_of(
-        self, expr: ast.expr, test: Callable[[ast.expr, frozenset[int]], bool], seen: frozenset[int]
-    ) -> bool:
-        """Whether ``expr`` is a function-local name whose every assignment passes ``test``."""
-        if not isinstance(expr, ast.Name) or id(expr) in seen:
-            return False
-        scope = self.scope
-        while scope is not None:
-            if expr.id in scope.params:
-                return False
-            if expr.id in scope.assigned:
-                values = scope.assigned[expr.id]
-                return all(v is not None and test(v, seen | {id(expr)}) for v in values)
-            scope = scope.enclosing
-        return False
 
     def visit_Call(self, node: ast.Call) -> None:
         helper = self.helper(node.func)
@@ -399,7 +307,7 @@ class _Collector(ast.NodeVisitor):
         elif helper == "is_span_group_enabled" and not module.external and node.args:
             self.facts.gates.append(GroupGate(module, node.lineno, self.resolve(node.args[0])))
         elif helper == "dispatch_with_trace_context" and not module.external and node.args:
-            target = self._call_target(node.args[0])
+            target = self.dispatch.call_target(node.args[0], self.scope)
             if target is not None:
                 self.facts.dispatches.append(
                     CarrierDispatch(module, node.lineno, target, "dispatch_with_trace_context")
@@ -430,32 +338,8 @@ class _Collector(ast.NodeVisitor):
         self.facts.groups.append(GroupDeclaration(self.module, node.lineno, name, umbrella))
 
     def _maybe_dispatch(self, node: ast.Call) -> None:
-        has_carrier = any(k.arg is None and self._is_carrier(k.value) for k in node.keywords)
-        func = node.func
-        if isinstance(func, ast.Attribute) and func.attr == "remote":
-            receiver = func.value
-            via = "**trace_context_kwargs()"
-            if not has_carrier and isinstance(receiver, ast.Attribute):
-                handle = receiver.value
-                traced = (
-                    isinstance(handle, ast.Call) and self.helper(handle.func) == "traced_handle"
-                ) or ast.unparse(handle) in self.handle_targets
-                if not traced:
-                    return
-                via = "traced_handle"
-            elif not has_carrier:
-                return
-            target = self._call_target(receiver)
-            if target is not None:
-                self.facts.dispatches.append(CarrierDispatch(self.module, node.lineno, target, via))
-        elif has_carrier and node.args:
-            # A worker-group fan-out that names the method as a string: run_all(\"train\", ...).
-            name = self.resolve(node.args[0])
-            if name.is_known:
-                for value in name.values:
-                    self.facts.dispatches.append(
-                        CarrierDispatch(self.module, node.lineno, value, "method name + carrier")
-                    )
+        for target, via in self.dispatch.dispatches(node, self.scope):
+            self.facts.dispatches.append(CarrierDispatch(self.module, node.lineno, target, via))
 
 
 def collect_facts(project: Project) -> Facts:

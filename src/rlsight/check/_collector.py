@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 
+from rlsight._rl_groups import RL
 from rlsight._semconv import EFFICIENCY_SPAN_PREFIX, SETUP_SPAN_PREFIX, TIMER_SPAN_PREFIX
 from rlsight.check._dispatch import DispatchReader
 from rlsight.check._facts import (
@@ -280,12 +281,12 @@ class _Collector(ast.NodeVisitor):
             self._emit(node, helper, self.resolve(_argument(node, 0, "group")), name)
         elif helper == "setup_span":
             phase = self.resolve(_argument(node, 0, "phase"))
-            self._emit(node, helper, known("setup"), prefixed(SETUP_SPAN_PREFIX, phase))
+            self._emit(node, helper, known(RL.SETUP), prefixed(SETUP_SPAN_PREFIX, phase))
         elif helper == "efficiency_span":
             category = self.resolve(_argument(node, 0, "category"))
             if not module.external:
                 self.facts.categories_used.append(CategoryUse(module, node.lineno, category))
-            self._emit(node, helper, known("efficiency"),
+            self._emit(node, helper, known(RL.EFFICIENCY),
                        prefixed(EFFICIENCY_SPAN_PREFIX, category, dots=True))
         elif helper == "SpanGroup":
             self._span_group(node)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from rlsight._rl_groups import RL
 from rlsight._semconv import DISCARD_SPAN, JOB_SPAN, LOAD_MODEL_SPAN, STARTUP_SPAN, STEP_SPAN
 
 __all__ = [
@@ -24,11 +25,11 @@ __all__ = [
 
 #: Helpers that open a span, with the group and name they imply when those are fixed.
 FIXED_SPANS: Final[dict[str, tuple[str, str]]] = {
-    "job_span": ("job", JOB_SPAN),
-    "step_span": ("step", STEP_SPAN),
-    "startup_span": ("startup", STARTUP_SPAN),
-    "load_model_span": ("setup", LOAD_MODEL_SPAN),
-    "discard": ("efficiency", DISCARD_SPAN),
+    "job_span": (RL.JOB, JOB_SPAN),
+    "step_span": (RL.STEP, STEP_SPAN),
+    "startup_span": (RL.STARTUP, STARTUP_SPAN),
+    "load_model_span": (RL.SETUP, LOAD_MODEL_SPAN),
+    "discard": (RL.EFFICIENCY, DISCARD_SPAN),
 }
 GROUP_AND_NAME_HELPERS: Final = frozenset({"span", "umbrella_span", "record_span"})
 DECORATOR_HELPERS: Final = frozenset({"traced", "umbrella_traced"})
@@ -53,7 +54,7 @@ KNOWN_HELPERS: Final = frozenset(
         "TimerBridge",
     }
 )
-PER_PROMPT: Final = "per_prompt"
+PER_PROMPT: Final = RL.PER_PROMPT
 
 #: The span-group gate object (``_Gate`` instance) every emit helper tests against. A test
 #: ``group in <gate>.enabled`` gates on ``group`` like ``is_span_group_enabled(group)``; the

@@ -45,14 +45,17 @@ class Resolved:
 
 
 def known(*values: str) -> Resolved:
+    """Exactly these values."""
     return Resolved(values=frozenset(values))
 
 
 def unknown(reason: str) -> Resolved:
+    """Not readable statically; ``reason`` says why, for the message."""
     return Resolved(unknown=reason)
 
 
 def union(parts: Sequence[Resolved]) -> Resolved:
+    """Any one of ``parts`` (a conditional, a local assigned twice)."""
     for p in parts:
         if p.unknown is not None:
             return p
@@ -66,6 +69,7 @@ def union(parts: Sequence[Resolved]) -> Resolved:
 
 
 def concat(parts: Sequence[Resolved]) -> Resolved:
+    """``parts`` joined in order (``+``, an f-string), every combination of their values."""
     # A prefix glued onto a parameter is still a wrapper; anything unknown makes it unknown.
     for p in parts:
         if p.unknown is not None:

@@ -14,12 +14,11 @@ percentages floats in ``[0, 100]``. ``docs/goodput.md`` defines every field.
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
 from dataclasses import dataclass, field
-from typing import Any, Final, Union
+from typing import Any, Final
 
 from rlsight._semconv import EFFICIENCY_SPAN_PREFIX
+from rlsight.analysis._from_json import from_json
 
 __all__ = [
     "BUCKET_NAMES",
@@ -583,22 +582,4 @@ class RunReport:
                 f"{SCHEMA_VERSION}; regenerate it with this version's `rlsight report --json`"
             )
         body = {k: v for k, v in data.items() if k != "schema_version"}
-        return _decode(cls, body)  # type: ignore[no-any-return]
-
-
-def _decode(tp: Any, value: Any) -> Any:
-    """Turn JSON-shaped ``value`` into an instance of type ``tp`` (dataclasses, lists, unions)."""
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        hints = typing.get_type_hints(tp)
-        return tp(**{f.name: _decode(hints[f.name], value[f.name])
-                     for f in dataclasses.fields(tp) if f.name in value})
-    origin = typing.get_origin(tp)
-    if origin in (Union, types.UnionType):
-        if value is None:
-            return None
-        inner = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _decode(inner[0], value)
-    if origin is list:
-        (item,) = typing.get_args(tp)
-        return [_decode(item, v) for v in value]
-    return value
+        return from_json(cls, body)  # type: ignore[no-any-return]

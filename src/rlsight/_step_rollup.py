@@ -1,32 +1,34 @@
 """The driver's span processor that rolls each ``rl.step`` up as it ends.
 
-It keeps the spans that end while a step is open (and the spans still open, which are the
-ancestors that give a step's spans their depth in the trace tree). When a step ends it hands
-that step's timeline, inside the step's window, plus those ancestors to
-:func:`rlsight.analysis.online.step_goodput`: the report's own rollup, on the same spans the
-report will read for that step. What it keeps is bounded by one step's spans: whatever ended
-before the earliest step still open is dropped after each roll-up.
+Per span it only files the SDK's span object: ``on_start`` puts it in a dict of open spans,
+``on_end`` moves it to a list while a step is open (a dict set, a pop and an append, no lock:
+each is one atomic operation under the GIL). Everything else waits for the step's end: the
+processor then hands that list, plus the spans still open (the ancestors that give a step's
+spans their depth in the trace tree, and async tasks that outlive the step), to
+:func:`rlsight.analysis.online.step_goodput` as plain per-field lists read in a few C-level
+passes: the report's own rollup, on the same spans the report reads for that step. What it
+keeps is bounded by one step's spans: whatever ended before the earliest step still open is
+dropped after each roll-up.
 
-Spans still open when the step ends (its ancestors, and async tasks on its thread that
-outlive it) are handed over as ending now: inside the step's window that is exactly what they
-cover. Known difference from the report: an ancestor that ended before the step began (an
-async task whose parent finished earlier) is not kept, so its descendants count it as one
-missing level of depth, where the report sees the whole chain.
+Spans still open when the step ends are handed over as ending now: inside the step's window
+that is exactly what they cover. Known difference from the report: an ancestor that ended
+before the step began (an async task whose parent finished earlier) is not kept, so its
+descendants count it as one missing level of depth, where the report sees the whole chain.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
-from opentelemetry.trace import StatusCode
 
 from rlsight._instruments import InstrumentCache
 from rlsight._readable import span_attributes
-from rlsight._semconv import BUCKET, STEP, STEP_SPAN, THREAD_ID
 from rlsight.step_summary import (
+    BUCKET_ATTRIBUTE,
     CONTRIBUTOR_ATTRIBUTE,
     CONTRIBUTOR_BUCKETS,
     GOODPUT_CONTRIBUTOR_SECONDS,
@@ -41,19 +43,32 @@ if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.sdk.trace import Span
 
-    from rlsight.analysis.online import StepGoodput
+    from rlsight.analysis.online import LiveSpans, StepGoodput
     from rlsight.runtime import Telemetry
 
-__all__ = ["StepRollupProcessor"]
+__all__ = ["StepRollupProcessor", "live_spans"]
 
+_STEP: Final = "rl.step"
 _INSTRUMENTS: Final = InstrumentCache()
-#: OTLP status code of each OTel status (a dict lookup; ``StatusCode.value`` is an enum
-#: property, several times slower, and this runs for every span of the step).
-_STATUS: Final = {code: code.value for code in StatusCode}
+#: The fields the rollup reads, as the SDK's ``ReadableSpan`` stores them: one C-level call
+#: per span (the public properties cost a Python call per field per span).
+_FIELDS: Final = attrgetter("_context", "_parent", "_name", "_start_time", "_end_time", "_attributes")
+_PUBLIC_FIELDS: Final = attrgetter("context", "parent", "name", "start_time", "end_time")
 
 
-#: An ended span as the processor keeps it: span id, thread id, the span.
-_Kept = tuple[int, Any, ReadableSpan]
+def live_spans(spans: list[ReadableSpan], now: int, resource: Any) -> LiveSpans:
+    """The per-field lists of ``spans`` the online rollup reads (no per-span conversion)."""
+    from rlsight.analysis.online import LiveSpans
+
+    try:
+        contexts, parents, names, starts, ends, raw = zip(*map(_FIELDS, spans), strict=True)
+        attributes: list[Any] = [getattr(a, "_dict", None) for a in raw]
+        if None in attributes:  # not the SDK's BoundedAttributes: read them the slow way
+            attributes = [span_attributes(s) for s in spans]
+    except AttributeError:  # an SDK that stores spans differently: the public properties
+        contexts, parents, names, starts, ends = zip(*map(_PUBLIC_FIELDS, spans), strict=True)
+        attributes = [span_attributes(s) for s in spans]
+    return LiveSpans(contexts, parents, names, starts, ends, attributes, now, resource)
 
 
 class StepRollupProcessor(SpanProcessor):
@@ -61,97 +76,67 @@ class StepRollupProcessor(SpanProcessor):
 
     def __init__(self, runtime: Telemetry) -> None:
         self._runtime = runtime
+        #: Serialises step ends (and step starts) against each other; spans never take it.
         self._lock = threading.Lock()
         self._open: dict[int, Span] = {}
         self._open_steps: dict[int, int] = {}
-        self._ended: list[_Kept] = []
+        self._ended: list[ReadableSpan] = []
         # The roll-up needs numpy and the analysis (a few hundred ms to import on a busy
         # machine). Imported here, at setup, that cost lands in the run's startup; imported on
         # the first step's end it would sit between steps 1 and 2 (and trip a stall watchdog).
         # ``import rlsight`` itself stays light: only a driver's setup pays it.
-        import rlsight.analysis.online
-        import rlsight.store._columnar  # noqa: F401
+        import rlsight.analysis.online  # noqa: F401
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        sid = span.context.span_id
-        with self._lock:
-            self._open[sid] = span
-            if span.name == STEP_SPAN:
+        sid = span.context[1]  # SpanContext is a tuple: (trace id, span id, ...)
+        self._open[sid] = span
+        if span.name == _STEP:
+            with self._lock:
                 self._open_steps[sid] = span.start_time or 0
 
     def on_end(self, span: ReadableSpan) -> None:
         context = span.context
         assert context is not None
-        sid = context.span_id
+        sid = context[1]
+        self._open.pop(sid, None)
+        if not self._open_steps:
+            return
+        self._ended.append(span)
+        if sid in self._open_steps:
+            self._step_ended(sid, span)
+
+    def _step_ended(self, sid: int, step: ReadableSpan) -> None:
         with self._lock:
-            self._open.pop(sid, None)
-            is_step = self._open_steps.pop(sid, None) is not None
-            if is_step or self._open_steps:
-                self._ended.append((sid, span_attributes(span).get(THREAD_ID), span))
-            if not is_step:
+            if self._open_steps.pop(sid, None) is None:
                 return
-            chosen = self._step_spans(sid, span)
+            count = len(self._ended)
+            batch = self._ended[:count]
             floor = min(self._open_steps.values(), default=None)
-            self._ended = [] if floor is None else [k for k in self._ended if (k[2].end_time or 0) > floor]
-        try:
-            self._roll_up(sid, span, chosen)
-        except Exception as exc:  # the runtime's guard: log once (raise when strict), run goes on
-            self._runtime.report_internal_error("step-goodput", exc)
+            ends: Sequence[int | None] | None = None
+            try:
+                spans = live_spans([*batch, *self._open.copy().values()], step.end_time or 0,
+                                   self._runtime.resource_attributes)
+                ends = spans.ends
+                self._roll_up(sid, spans)
+            except Exception as exc:  # the runtime's guard: log once (raise when strict), run goes on
+                self._runtime.report_internal_error("step-goodput", exc)
+            finally:
+                if ends is None:
+                    ends = [s.end_time for s in batch]
+                # Spans other threads appended meanwhile lie past ``count`` and stay.
+                self._ended[:count] = [] if floor is None else [
+                    s for s, end in zip(batch, ends[:count], strict=True) if (end or 0) > floor]
 
-    def _step_spans(self, step_id: int, step: ReadableSpan) -> dict[int, ReadableSpan]:
-        """The step's timeline inside its window, plus the ancestors of all of them, by id."""
-        thread = span_attributes(step).get(THREAD_ID)
-        lo, hi = step.start_time or 0, step.end_time or 0
-        chosen: dict[int, ReadableSpan] = {}
-        by_id: dict[int, ReadableSpan] = {}
-        for sid, span_thread, s in self._ended:
-            by_id[sid] = s
-            if span_thread == thread and (s.end_time or 0) > lo and (s.start_time or 0) < hi:
-                chosen[sid] = s
-        chosen[step_id] = step
-        # Spans still open on the step's thread that began inside its window (async tasks
-        # that outlive the step) cover the rest of the window, as the report will see.
-        for sid, s in self._open.items():
-            if (s.start_time or 0) < hi and span_attributes(s).get(THREAD_ID) == thread:
-                chosen[sid] = s
-        stack = list(chosen.values())
-        while stack:
-            parent = stack.pop().parent
-            if parent is None or parent.span_id in chosen:
-                continue
-            found = by_id.get(parent.span_id) or self._open.get(parent.span_id)
-            if found is not None:
-                chosen[parent.span_id] = found
-                stack.append(found)
-        return chosen
+    def _roll_up(self, step_id: int, spans: LiveSpans) -> None:
+        from rlsight.analysis.online import live_columns, step_goodput
 
-    def _roll_up(self, step_id: int, step: ReadableSpan, spans: Mapping[int, ReadableSpan]) -> None:
-        from rlsight.analysis.online import step_goodput
-        from rlsight.store._columnar import span_columns_from_rows
-
-        now = step.end_time or 0
-        trace = format(step.context.trace_id, "032x")
-        rows: list[tuple[str, str, str, str, int, int, int, int, Any]] = []
-        for sid, s in spans.items():
-            parent = s.parent
-            start = s.start_time or 0
-            # A span still open (an ancestor) covers at least up to now.
-            end = s.end_time if s.end_time is not None else max(now, start)
-            span_trace = s.context.trace_id
-            rows.append((
-                trace if span_trace == step.context.trace_id else format(span_trace, "032x"),
-                format(sid, "016x"), format(parent.span_id, "016x") if parent is not None else "",
-                s.name, start, end, _STATUS.get(s.status.status_code, 0), 0, span_attributes(s),
-            ))
-        runtime = self._runtime
-        cols = span_columns_from_rows(rows, [runtime.resource_attributes])
-        result = step_goodput(cols, step_id)
+        result = step_goodput(live_columns(spans), step_id)
         if result is None:
             return
         summary = summary_dict(
             result.step, {b: result.buckets.get(b) for b in SUMMARY_BUCKETS}, result.contributors)
-        runtime.last_step_summary = summary
-        _record(runtime, result, summary)
+        self._runtime.last_step_summary = summary
+        _record(self._runtime, result, summary)
 
 
 def _record(runtime: Telemetry, result: StepGoodput, summary: dict[str, float]) -> None:
@@ -160,9 +145,9 @@ def _record(runtime: Telemetry, result: StepGoodput, summary: dict[str, float]) 
     counter = _INSTRUMENTS.counter(
         meter, GOODPUT_SECONDS, "s", "Seconds of each step in each goodput bucket (driver timeline).")
     for bucket in SUMMARY_BUCKETS:
-        counter.add(summary[f"{SUMMARY_PREFIX}{bucket}_s"], {STEP: step, BUCKET: bucket})
+        counter.add(summary[f"{SUMMARY_PREFIX}{bucket}_s"], {_STEP: step, BUCKET_ATTRIBUTE: bucket})
     _INSTRUMENTS.gauge(meter, GOODPUT_PCT, "%", "Productive share of the step's wall time.").set(
-        summary[f"{SUMMARY_PREFIX}goodput_pct"], {STEP: step})
+        summary[f"{SUMMARY_PREFIX}goodput_pct"], {_STEP: step})
     contributor = _INSTRUMENTS.counter(
         meter, GOODPUT_CONTRIBUTOR_SECONDS, "s",
         "Seconds of each step a span name (or efficiency category) decided, by bucket.")
@@ -171,4 +156,4 @@ def _record(runtime: Telemetry, result: StepGoodput, summary: dict[str, float]) 
     for c in result.contributors:
         if c.bucket in CONTRIBUTOR_BUCKETS:
             contributor.add(c.attributed_ns / 1e9, {
-                STEP: step, BUCKET: c.bucket, CONTRIBUTOR_ATTRIBUTE: span_label(c.name)})
+                _STEP: step, BUCKET_ATTRIBUTE: c.bucket, CONTRIBUTOR_ATTRIBUTE: span_label(c.name)})

@@ -1,25 +1,42 @@
 """One step's goodput from the driver's live spans, by the offline rollup's own functions.
 
-The driver hands over the spans of the step that just ended (its own timeline, plus the
-ancestors that give them their depth) as :class:`~rlsight.store._columnar.SpanColumns`; this
-module runs the same table, step and partition code as ``rlsight report`` on them. There is
-no second rollup: a step's buckets online are the report's buckets for that step whenever
-the spans handed over are the ones the report sees inside the step's window.
+The driver's span processor hands over the spans of the step that just ended (and what else
+it still holds: the ancestors that give them their depth, spans of other threads) as plain
+per-field lists (:class:`LiveSpans`), taken from the SDK's spans without any per-span
+conversion. This module turns them into the same :class:`~rlsight.store._columnar.SpanColumns`
+the store reader builds, with numpy in a few C-level passes, and runs the same table, step,
+partition and discard code as ``rlsight report`` on them. There is no second rollup: a step's
+buckets online are the report's buckets for that step whenever the spans handed over are the
+ones the report sees inside the step's window. Spans the step's window does not contain
+change nothing (the partition is cut at the window's edges), so none needs filtering out.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any, Final
 
 import numpy as np
 
 from rlsight.analysis._steps import find_steps
-from rlsight.analysis._table import build_table
+from rlsight.analysis._table import STEP_SPAN, build_table
 from rlsight.analysis.goodput import contributors, partition_timelines, step_buckets
 from rlsight.analysis.model import Buckets, Contributor
-from rlsight.store._columnar import SpanColumns
+from rlsight.analysis.wasted import charge_discards
+from rlsight.store._columnar import BUCKET_CODES, NO_STEP, SpanColumns
 
-__all__ = ["StepGoodput", "step_goodput"]
+__all__ = ["LiveSpans", "StepGoodput", "live_columns", "step_goodput"]
+
+_THREAD: Final = "thread.id"
+_BUCKET: Final = "rl.bucket"
+_CONCURRENT: Final = "rl.concurrent"
+_DISCARD: Final = "rl.discard"
+_GROUP_ID: Final = "rl.group_id"
+_FIRST: Final = itemgetter(0)
+_SECOND: Final = itemgetter(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,9 +49,81 @@ class StepGoodput:
     """Per bucket, every span name that decided time in the step, biggest first."""
 
 
+@dataclass(frozen=True, slots=True)
+class LiveSpans:
+    """Spans of one process as the SDK holds them, one sequence per field, same order.
+
+    ``contexts`` and ``parents`` are OpenTelemetry ``SpanContext`` values (tuples whose first
+    two items are the trace id and span id; a parent may be ``None``); ``ends`` hold
+    ``None`` for a span still open, which then counts as ending at ``now``.
+    """
+
+    contexts: Sequence[tuple[Any, ...]]
+    parents: Sequence[tuple[Any, ...] | None]
+    names: Sequence[str]
+    starts: Sequence[int]
+    ends: Sequence[int | None]
+    attributes: Sequence[Mapping[str, Any]]
+    now: int
+    resource: Mapping[str, Any]
+
+
+def live_columns(spans: LiveSpans) -> SpanColumns:
+    """The columns the store reader would build from these spans' lines (what the rollup
+    reads; the group, status and numeric attribute columns stay empty: no rollup reads them)."""
+    n = len(spans.names)
+    trace_ids = list(map(_FIRST, spans.contexts))
+    first = trace_ids[0] if n else 0
+    if trace_ids.count(first) == n:
+        traces = {first: 0} if n else {}
+        trace = np.zeros(n, np.int64)
+    else:
+        traces = {t: i for i, t in enumerate(dict.fromkeys(trace_ids))}
+        trace = np.array(list(map(traces.__getitem__, trace_ids)), np.int64)
+    names = {x: i for i, x in enumerate(dict.fromkeys(spans.names))}
+    name = np.array(list(map(names.__getitem__, spans.names)), np.int64)
+    attrs = spans.attributes
+    now = spans.now
+    step_no = np.full(n, NO_STEP, np.int64)
+    for i in np.flatnonzero(name == names.get(STEP_SPAN, -1)).tolist():
+        number = attrs[i].get("rl.step")
+        if type(number) is int:  # the store reads only an int (OTLP intValue)
+            step_no[i] = number
+    # The attribute dicts the discard charging reads, as the store reader keeps them.
+    kept: dict[int, Mapping[str, Any]] = {
+        i: dict(attrs[i]) for i in np.flatnonzero(name == names.get(_DISCARD, -1)).tolist()}
+    kept.update((i, dict(a)) for i, a in enumerate(attrs) if _GROUP_ID in a)
+    codes: Mapping[Any, int] = BUCKET_CODES  # any value that is not a bucket name: -1
+    return SpanColumns(
+        start=np.fromiter(spans.starts, np.int64, n),
+        end=np.array([now if e is None else e for e in spans.ends], np.int64),
+        trace=trace,
+        span_id=np.fromiter(map(_SECOND, spans.contexts), np.uint64, n),
+        parent_id=np.array([0 if p is None else p[1] for p in spans.parents], np.uint64),
+        name=name,
+        group=np.zeros(n, np.int64),
+        bucket=np.array([codes.get(a.get(_BUCKET), -1) for a in attrs], np.int8),
+        concurrent=np.array([a.get(_CONCURRENT) is True for a in attrs], np.bool_),
+        process=np.zeros(n, np.int64),
+        thread=np.array([t if type(t := a.get(_THREAD)) is int else 0 for a in attrs], np.int64),
+        step_no=step_no,
+        batch_size=np.full(n, math.nan),
+        prompts=np.full(n, math.nan),
+        status=np.zeros(n, np.int8),
+        names=list(names),
+        groups=[""],
+        traces=[format(t, "032x") for t in traces],
+        resources=[spans.resource],
+        process_keys=[str(spans.resource.get("service.instance.id", "driver"))],
+        kept_attributes=kept,
+    )
+
+
 def step_goodput(cols: SpanColumns, step_span_id: int) -> StepGoodput | None:
     """The rollup of the ``rl.step`` span with id ``step_span_id`` among ``cols``.
 
+    Discards recorded among ``cols`` are charged as the report charges them (so a
+    ``discard()`` in the same step as the work it throws away agrees with the report).
     Returns ``None`` when that span is not among the columns' step spans.
     """
     table = build_table(cols)
@@ -43,7 +132,7 @@ def step_goodput(cols: SpanColumns, step_span_id: int) -> StepGoodput | None:
     if not len(rows):
         return None
     row = int(rows[0])
-    part = partition_timelines(table, steps)
+    part, _ = charge_discards(table, partition_timelines(table, steps), steps)
     return StepGoodput(
         step=int(steps.number[row]),
         buckets=step_buckets(part, steps)[row],

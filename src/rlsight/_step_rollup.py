@@ -1,25 +1,35 @@
-"""The driver's span processor that rolls each ``rl.step`` up as it ends.
+"""The span processor that rolls goodput up while the run goes: per step (driver) and per
+window of wall time (every process).
 
 Per span it only files the SDK's span object: ``on_start`` puts it in a dict of open spans,
-``on_end`` moves it to a list while a step is open (a dict set, a pop and an append, no lock:
-each is one atomic operation under the GIL). Everything else waits for the step's end: the
-processor then hands that list, plus the spans still open (the ancestors that give a step's
-spans their depth in the trace tree, and async tasks that outlive the step), to
-:func:`rlsight.analysis.online.step_goodput` as plain per-field lists read in a few C-level
-passes: the report's own rollup, on the same spans the report reads for that step. What it
-keeps is bounded by one step's spans: whatever ended before the earliest step still open is
-dropped after each roll-up.
+``on_end`` moves it to a list (a dict set, a pop and an append, no lock: each is one atomic
+operation under the GIL). Everything else waits:
 
-Spans still open when the step ends are handed over as ending now: inside the step's window
-that is exactly what they cover. Known difference from the report: an ancestor that ended
-before the step began (an async task whose parent finished earlier) is not kept, so its
-descendants count it as one missing level of depth, where the report sees the whole chain.
+- **When an ``rl.step`` ends** (the driver only), the processor hands that list, plus the
+  spans still open (the ancestors that give a step's spans their depth in the trace tree, and
+  async tasks that outlive the step), to :func:`rlsight.analysis.online.step_goodput` as plain
+  per-field lists read in a few C-level passes: the report's own rollup, on the same spans the
+  report reads for that step. The result is ``last_step_summary()`` and ``rl.goodput.*``.
+- **Every** :data:`WINDOW_S` **seconds** (and at ``flush_telemetry``/shutdown), in every
+  process, a background thread partitions this process's own timelines over the window that
+  just closed by the report's fleet rule (:func:`rlsight.analysis.online.window_buckets`) and
+  adds the seconds of each bucket to ``rl.goodput.process.seconds`` with the process's
+  ``rl.worker_group`` and ``rl.rank``: summed over processes by Prometheus (through a
+  collector) or read back from the local store, that is live fleet utilisation.
+
+What it keeps is bounded: after each roll-up only spans that end after both the earliest
+step still open and the last window's end stay. Spans still open are handed over as ending
+now: inside the step's window (or the time window) that is exactly what they cover. Known
+difference from the report: an ancestor that ended before the step (or window) began, such
+as the parent of an async task that outlives it, is not kept, so its descendants count it as
+one missing level of depth, where the report sees the whole chain.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Final
 
@@ -34,8 +44,11 @@ from rlsight.step_summary import (
     GOODPUT_CONTRIBUTOR_SECONDS,
     GOODPUT_PCT,
     GOODPUT_SECONDS,
+    PROCESS_SECONDS,
+    RANK_ATTRIBUTE,
     SUMMARY_BUCKETS,
     SUMMARY_PREFIX,
+    WORKER_GROUP_ATTRIBUTE,
     summary_dict,
 )
 
@@ -46,9 +59,12 @@ if TYPE_CHECKING:
     from rlsight.analysis.online import LiveSpans, StepGoodput
     from rlsight.runtime import Telemetry
 
-__all__ = ["StepRollupProcessor", "live_spans"]
+__all__ = ["WINDOW_S", "StepRollupProcessor", "live_spans"]
 
 _STEP: Final = "rl.step"
+#: Seconds between two windows of ``rl.goodput.process.seconds`` (a window also closes at
+#: ``flush_telemetry`` and at shutdown).
+WINDOW_S: Final = 10.0
 _INSTRUMENTS: Final = InstrumentCache()
 #: The fields the rollup reads, as the SDK's ``ReadableSpan`` stores them: one C-level call
 #: per span (the public properties cost a Python call per field per span).
@@ -60,6 +76,8 @@ def live_spans(spans: list[ReadableSpan], now: int, resource: Any) -> LiveSpans:
     """The per-field lists of ``spans`` the online rollup reads (no per-span conversion)."""
     from rlsight.analysis.online import LiveSpans
 
+    if not spans:
+        return LiveSpans((), (), (), (), (), (), now, resource)
     try:
         contexts, parents, names, starts, ends, raw = zip(*map(_FIELDS, spans), strict=True)
         attributes: list[Any] = [getattr(a, "_dict", None) for a in raw]
@@ -72,25 +90,37 @@ def live_spans(spans: list[ReadableSpan], now: int, resource: Any) -> LiveSpans:
 
 
 class StepRollupProcessor(SpanProcessor):
-    """Computes each ended step's goodput in the thread that ends it (see the module doc)."""
+    """Rolls steps up as they end (driver) and windows of wall time (see the module doc)."""
 
-    def __init__(self, runtime: Telemetry) -> None:
+    def __init__(self, runtime: Telemetry, *, steps: bool, window_s: float = WINDOW_S) -> None:
         self._runtime = runtime
-        #: Serialises step ends (and step starts) against each other; spans never take it.
+        self._steps = steps
+        #: Serialises roll-ups (and step starts) against each other; spans never take it.
         self._lock = threading.Lock()
         self._open: dict[int, Span] = {}
         self._open_steps: dict[int, int] = {}
         self._ended: list[ReadableSpan] = []
-        # The roll-up needs numpy and the analysis (a few hundred ms to import on a busy
-        # machine). Imported here, at setup, that cost lands in the run's startup; imported on
-        # the first step's end it would sit between steps 1 and 2 (and trip a stall watchdog).
-        # ``import rlsight`` itself stays light: only a driver's setup pays it.
-        import rlsight.analysis.online  # noqa: F401
+        """Spans ended while a step was open: the next step's roll-up reads them."""
+        self._window: list[ReadableSpan] = []
+        """Spans ended since the last window's end: the next window reads them."""
+        self._window_start = time.time_ns()
+        self._stop = threading.Event()
+        self._windows: threading.Thread | None = None
+        if window_s > 0:
+            self._windows = threading.Thread(
+                target=self._cut_windows, args=(window_s,), name="rlsight-busy-time", daemon=True)
+            self._windows.start()
+        if steps:
+            # The roll-up needs numpy and the analysis (a few hundred ms to import on a busy
+            # machine). Imported here, at setup, that cost lands in the run's startup; imported
+            # on the first step's end it would sit between steps 1 and 2 (and trip a stall
+            # watchdog). A worker imports it in the window thread, when its first window ends.
+            import rlsight.analysis.online  # noqa: F401
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         sid = span.context[1]  # SpanContext is a tuple: (trace id, span id, ...)
         self._open[sid] = span
-        if span.name == _STEP:
+        if self._steps and span.name == _STEP:
             with self._lock:
                 self._open_steps[sid] = span.start_time or 0
 
@@ -99,33 +129,50 @@ class StepRollupProcessor(SpanProcessor):
         assert context is not None
         sid = context[1]
         self._open.pop(sid, None)
+        if self._windows is not None:
+            self._window.append(span)
         if not self._open_steps:
             return
         self._ended.append(span)
         if sid in self._open_steps:
             self._step_ended(sid, span)
 
+    def shutdown(self) -> None:
+        self._stop.set()
+
+    # -- roll-ups ---------------------------------------------------------------------------
+    def _take(self, kept: list[ReadableSpan], now: int) -> tuple[int, list[ReadableSpan], LiveSpans]:
+        """The spans of ``kept`` so far (how many), and those plus the open ones as field lists."""
+        count = len(kept)
+        batch = kept[:count]
+        return count, batch, live_spans([*batch, *self._open.copy().values()], now,
+                                        self._runtime.resource_attributes)
+
+    @staticmethod
+    def _keep(kept: list[ReadableSpan], count: int, batch: list[ReadableSpan],
+              ends: Sequence[int | None] | None, floor: int | None) -> None:
+        """Drop the first ``count`` spans of ``kept`` but those ending after ``floor``."""
+        if ends is None:
+            ends = [s.end_time for s in batch]
+        # Spans other threads appended meanwhile lie past ``count`` and stay.
+        kept[:count] = [] if floor is None else [
+            s for s, end in zip(batch, ends[:count], strict=True) if (end or 0) > floor]
+
     def _step_ended(self, sid: int, step: ReadableSpan) -> None:
         with self._lock:
             if self._open_steps.pop(sid, None) is None:
                 return
-            count = len(self._ended)
-            batch = self._ended[:count]
-            floor = min(self._open_steps.values(), default=None)
-            ends: Sequence[int | None] | None = None
+            count, ends = 0, None
+            batch: list[ReadableSpan] = []
             try:
-                spans = live_spans([*batch, *self._open.copy().values()], step.end_time or 0,
-                                   self._runtime.resource_attributes)
+                count, batch, spans = self._take(self._ended, step.end_time or 0)
                 ends = spans.ends
                 self._roll_up(sid, spans)
             except Exception as exc:  # the runtime's guard: log once (raise when strict), run goes on
                 self._runtime.report_internal_error("step-goodput", exc)
             finally:
-                if ends is None:
-                    ends = [s.end_time for s in batch]
-                # Spans other threads appended meanwhile lie past ``count`` and stay.
-                self._ended[:count] = [] if floor is None else [
-                    s for s, end in zip(batch, ends[:count], strict=True) if (end or 0) > floor]
+                self._keep(self._ended, count, batch, ends,
+                           min(self._open_steps.values(), default=None))
 
     def _roll_up(self, step_id: int, spans: LiveSpans) -> None:
         from rlsight.analysis.online import live_columns, step_goodput
@@ -137,6 +184,37 @@ class StepRollupProcessor(SpanProcessor):
             result.step, {b: result.buckets.get(b) for b in SUMMARY_BUCKETS}, result.contributors)
         self._runtime.last_step_summary = summary
         _record(self._runtime, result, summary)
+
+    def cut(self) -> None:
+        """Close the current window: record this process's seconds in each bucket since the
+        last cut (``rl.goodput.process.seconds``). Called by the window thread, by
+        ``flush_telemetry`` and at shutdown, before the metrics are written."""
+        self._cut_at(time.time_ns())
+
+    def _cut_at(self, now: int) -> None:
+        with self._lock:
+            lo = self._window_start
+            if now <= lo:
+                return
+            count, ends = 0, None
+            batch: list[ReadableSpan] = []
+            try:
+                count, batch, spans = self._take(self._window, now)
+                ends = spans.ends
+                from rlsight.analysis.online import live_columns, window_buckets
+
+                seconds = window_buckets(live_columns(spans), lo, now)
+                self._window_start = now
+                _record_window(self._runtime, seconds)
+            except Exception as exc:  # the runtime's guard: log once (raise when strict), run goes on
+                self._window_start = now
+                self._runtime.report_internal_error("busy-time", exc)
+            finally:
+                self._keep(self._window, count, batch, ends, now)
+
+    def _cut_windows(self, window_s: float) -> None:
+        while not self._stop.wait(window_s):
+            self.cut()
 
 
 def _record(runtime: Telemetry, result: StepGoodput, summary: dict[str, float]) -> None:
@@ -157,3 +235,14 @@ def _record(runtime: Telemetry, result: StepGoodput, summary: dict[str, float]) 
         if c.bucket in CONTRIBUTOR_BUCKETS:
             contributor.add(c.attributed_ns / 1e9, {
                 _STEP: step, BUCKET_ATTRIBUTE: c.bucket, CONTRIBUTOR_ATTRIBUTE: span_label(c.name)})
+
+
+def _record_window(runtime: Telemetry, nanoseconds: Mapping[str, int]) -> None:
+    resource = runtime.resource_attributes
+    identity = {WORKER_GROUP_ATTRIBUTE: resource.get(WORKER_GROUP_ATTRIBUTE, "unknown"),
+                RANK_ATTRIBUTE: resource.get(RANK_ATTRIBUTE, 0)}
+    counter = _INSTRUMENTS.counter(
+        runtime.meter, PROCESS_SECONDS, "s",
+        "Seconds of this process's wall time in each goodput bucket (its own timelines).")
+    for bucket in SUMMARY_BUCKETS:
+        counter.add(nanoseconds[bucket] / 1e9, {BUCKET_ATTRIBUTE: bucket, **identity})

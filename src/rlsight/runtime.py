@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from rlsight._batching import BatchingSpanProcessor
     from rlsight._lean import LeanStarter
     from rlsight._prometheus import PrometheusEndpoint
+    from rlsight._step_rollup import StepRollupProcessor
     from rlsight.store._ray_sink import ShippingSink, SinkStarter, StoreShipper
     from rlsight.store._sink import FileSink
     from rlsight.watchdog import StallHook, Watchdog
@@ -212,6 +213,8 @@ class Telemetry:
         self.resource_attributes: dict[str, Any] = {}
         #: The last step's goodput (driver only); see :func:`rlsight.last_step_summary`.
         self.last_step_summary: dict[str, float] = {}
+        #: The span processor that rolls steps and busy-time windows up (once materialised).
+        self._rollup: StepRollupProcessor | None = None
         if not deferred:
             self._materialize()
 
@@ -412,10 +415,11 @@ class Telemetry:
                 raise
             for processor in self._extra_processors:
                 tp.add_span_processor(processor)
-            if self._driver:
-                from rlsight._step_rollup import StepRollupProcessor
+            from rlsight._step_rollup import StepRollupProcessor
 
-                tp.add_span_processor(StepRollupProcessor(self))
+            # Every process: its busy time per window; the driver: each step's goodput too.
+            self._rollup = StepRollupProcessor(self, steps=self._driver)
+            tp.add_span_processor(self._rollup)
             readers.extend(self._extra_readers)
             mp = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
             if self._local_metric_reader is not None:
@@ -661,6 +665,8 @@ class Telemetry:
             from rlsight._batching import bounded
 
             ok = True
+            if self._rollup is not None:
+                self._rollup.cut()  # the busy time up to now, before the metrics are written
             for proc in sorted(self._processors, key=lambda p: p.name != "store"):
                 ok = proc.force_flush(left_ms()) and ok
             # rlsight's own readers only: flushing a caller's reader (the in-memory one of
@@ -706,6 +712,9 @@ class Telemetry:
                 for proc in local:
                     ok = proc.shutdown(left_ms()) and ok
                 ok = self._close_start_records(left_ms()) and ok
+                if self._rollup is not None:
+                    self._rollup.shutdown()
+                    self._rollup.cut()  # the last window, before the metrics are written
                 self._metric_writer_stop.set()
                 if self._local_metric_reader is not None:
                     reader = self._local_metric_reader

@@ -26,6 +26,7 @@ __all__ = [
     "GOODPUT_CONTRIBUTOR_SECONDS",
     "GOODPUT_PCT",
     "GOODPUT_SECONDS",
+    "PROCESS_SECONDS",
     "SUMMARY_BUCKETS",
     "SUMMARY_PREFIX",
     "contributor_key",
@@ -46,6 +47,9 @@ GOODPUT_SECONDS: Final = "rl.goodput.seconds"
 GOODPUT_PCT: Final = "rl.goodput.pct"
 #: Seconds of each step a span name decided, by ``rl.bucket`` and ``rl.contributor`` (counter).
 GOODPUT_CONTRIBUTOR_SECONDS: Final = "rl.goodput.contributor.seconds"
+#: Seconds of each process's wall time in each bucket, by its own spans (counter), with
+#: ``rl.bucket``, ``rl.worker_group`` and ``rl.rank``: live fleet utilisation.
+PROCESS_SECONDS: Final = "rl.goodput.process.seconds"
 #: Metric attribute of the goodput metrics (besides ``rl.step`` and ``rl.bucket``).
 CONTRIBUTOR_ATTRIBUTE: Final = "rl.contributor"
 

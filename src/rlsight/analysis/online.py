@@ -13,6 +13,7 @@ change nothing (the partition is cut at the window's edges), so none needs filte
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,12 +24,13 @@ import numpy as np
 
 from rlsight.analysis._steps import find_steps
 from rlsight.analysis._table import STEP_SPAN, build_table
-from rlsight.analysis.goodput import contributors, partition_timelines, step_buckets
+from rlsight.analysis.fleets import fleets
+from rlsight.analysis.goodput import RunPartition, contributors, partition_timelines, step_buckets
 from rlsight.analysis.model import Buckets, Contributor
 from rlsight.analysis.wasted import charge_discards
 from rlsight.store._columnar import BUCKET_CODES, NO_STEP, SpanColumns
 
-__all__ = ["LiveSpans", "StepGoodput", "live_columns", "step_goodput"]
+__all__ = ["LiveSpans", "StepGoodput", "live_columns", "step_goodput", "window_buckets"]
 
 _THREAD: Final = "thread.id"
 _BUCKET: Final = "rl.bucket"
@@ -138,3 +140,28 @@ def step_goodput(cols: SpanColumns, step_span_id: int) -> StepGoodput | None:
         buckets=step_buckets(part, steps)[row],
         contributors=contributors(table, part, steps, top=None, rows=rows[:1]),
     )
+
+
+def window_buckets(cols: SpanColumns, lo: int, hi: int) -> dict[str, int]:
+    """One process's nanoseconds in each bucket (and unattributed) over ``[lo, hi)``.
+
+    The report's fleet rule (:func:`rlsight.analysis.fleets.fleets`: at each instant the best
+    bucket any of the process's timelines shows) on the spans clipped to the window. Clipping
+    keeps, at every instant of the window, exactly the spans that cover it (and every span's
+    depth), so consecutive windows add up to what the report's fleet view gives the process
+    over the same time.
+    """
+    wall = hi - lo
+    out = dict.fromkeys(("productive", "overhead", "idle", "wasted"), 0)
+    if len(cols):
+        clipped = dataclasses.replace(cols, start=np.clip(cols.start, lo, hi),
+                                      end=np.clip(cols.end, lo, hi))
+        table = build_table(clipped)
+        steps = find_steps(table)
+        part, _ = charge_discards(table, partition_timelines(table, steps), steps)
+        empty = Buckets(0, 0, 0, 0, wall, wall)
+        for usage in fleets(table, part, RunPartition(empty, lo, hi)).ranks:
+            for bucket in out:
+                out[bucket] += usage.buckets.get(bucket)
+    out["unattributed"] = wall - sum(out.values())
+    return out

@@ -71,7 +71,7 @@ def test_windows_add_up_to_the_reports_fleet_view(tmp_path_factory, spans, cuts)
         roots = {t: tracer.start_span("rl.prop.root", attributes={"thread.id": t},
                                       start_time=base) for t in range(3)}
         events = []
-        for i, (thread, offset, length, bucket, nested) in enumerate(spans):
+        for i, (_, offset, length, _, _) in enumerate(spans):
             events.append((offset, 1, i))
             events.append((offset + length, 0, i))
         events += [(c, 2, -1) for c in cuts]

@@ -75,3 +75,20 @@ class RolloutWorker:
 
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@ray.remote
+class BusyRank:
+    """A worker that computes, then waits, then closes its busy-time window (issue #17)."""
+
+    def work(self, compute_s: float, wait_s: float) -> dict[str, Any]:
+        import rlsight
+
+        with span(RL.GENERATION, "rl.rollout.generate"):
+            time.sleep(compute_s)
+        with rlsight.efficiency_span("idle/buffer_starvation"):
+            time.sleep(wait_s)
+        rlsight.flush_telemetry()
+        telemetry = active_runtime()
+        assert telemetry is not None
+        return dict(telemetry.resource_attributes)

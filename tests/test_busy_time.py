@@ -128,3 +128,33 @@ def test_a_real_run_records_busy_time_by_process_that_reaches_the_store(tmp_path
     assert online["productive"] > 0.08 and online["idle"] > 0.02  # threads overlap: the best wins
     for bucket in ("productive", "overhead", "idle", "wasted"):
         assert online[bucket] == pytest.approx(offline[bucket], abs=1e-9), bucket
+
+
+@pytest.mark.ray
+def test_a_ray_workers_busy_time_reaches_the_store_with_its_identity(ray_cluster):
+    """A Ray worker records its own busy seconds, labelled with its worker group and rank,
+    equal to what the report's fleet view computes from that process's spans."""
+    import ray
+
+    from _trap_actors import BusyRank
+    from rlsight.analysis import analyze_spans
+    from rlsight.store import read_spans
+
+    actor = BusyRank.remote()  # type: ignore[attr-defined]
+    try:
+        resource = ray.get(actor.work.remote(0.05, 0.03))
+    finally:
+        ray.kill(actor)
+    pid = resource["process.pid"]
+    group, rank = str(resource["rl.worker_group"]), int(resource["rl.rank"])
+    points = [p for p in read_metrics(ray_cluster.run_dir).points
+              if p.name == PROCESS_SECONDS and p.resource.get("process.pid") == pid]
+    assert {(p.attributes["rl.worker_group"], p.attributes["rl.rank"]) for p in points} == {(group, rank)}
+    online = dict.fromkeys(BUCKETS, 0.0)
+    for p in points:  # the store writes delta points: the window's seconds
+        online[str(p.attributes["rl.bucket"])] += float(p.value or 0)
+    spans = [s for s in read_spans(ray_cluster.run_dir).spans if s.resource.get("process.pid") == pid]
+    (usage,) = analyze_spans(spans).fleets.ranks
+    assert online["productive"] >= 0.05 and online["idle"] >= 0.03
+    for bucket in ("productive", "overhead", "idle", "wasted"):
+        assert online[bucket] == pytest.approx(usage.buckets.get(bucket) / 1e9, abs=1e-9), bucket

@@ -18,8 +18,10 @@ import pytest
 
 import rlsight
 from rlsight import RL, ConfigError, MetricSpec
-from rlsight.dashboards import PANELS, RATE, grafana_dashboard
+from rlsight.dashboards import BUSY, PANELS, RATE, fleet_utilisation, grafana_dashboard
 from rlsight.engines import EngineMetricsReader, record_engine_deltas
+from rlsight.step_summary import PROCESS_SECONDS
+from rlsight.store import read_metrics
 from rlsight.testing import isolated_metric_groups
 
 pytestmark = pytest.mark.prometheus
@@ -145,6 +147,7 @@ def test_a_real_prometheus_reads_goodput_and_teed_scalars(prometheus, trainer_gr
             summaries.append(rlsight.last_step_summary())
             rlsight.tee_step_metrics(step, {"prom_test/loss": 1.0 / step, "prom_test/samples": 8})
             record_engine_deltas(step, reader.read_delta(), engine="generation/0")
+            rlsight.flush_telemetry()  # closes a busy-time window (rl.goodput.process.seconds)
             # Each step's total scraped before the next step, so rate() and increase() see
             # the counters move.
             prom.wait_for('rl_goodput_seconds_total{rl_bucket="idle"}',
@@ -167,6 +170,20 @@ def test_a_real_prometheus_reads_goodput_and_teed_scalars(prometheus, trainer_gr
         assert exprs == [p.expr for p in PANELS]
         for expr in exprs:
             assert prom.query(expr.replace(RATE, "1m")), expr
+        # Fleet utilisation: the endpoint serves the driver's own busy time; Prometheus's
+        # figure for the run so far is the one the store's metric lines give.
+        rlsight.flush_telemetry()
+        seconds: dict[str, float] = {}
+        for p in read_metrics(tmp_path / "run").points:
+            if p.name == PROCESS_SECONDS:
+                assert (p.attributes["rl.worker_group"], p.attributes["rl.rank"]) == ("driver", 0)
+                bucket = str(p.attributes["rl.bucket"])
+                seconds[bucket] = seconds.get(bucket, 0.0) + float(p.value or 0)
+        busy = sum(seconds[b] for b in BUSY)
+        assert busy > 0.035 and seconds["idle"] > 0.01  # 3 x (10 + 3 ms) busy, 3 x 5 ms idle
+        prom.wait_for(fleet_utilisation(None), busy / sum(seconds.values()))
+        (live,) = prom.query(fleet_utilisation("1m"))
+        assert live["metric"]["rl_worker_group"] == "driver" and 0 < float(live["value"][1]) < 1
         shares = prom.query(PANELS[0].expr.replace(RATE, "1m"))
         assert {r["metric"]["rl_bucket"] for r in shares} == {
             "productive", "overhead", "idle", "wasted", "unattributed"}

@@ -276,3 +276,62 @@ def test_capture_telemetry_rolls_steps_up_like_the_driver():
         summary = rlsight.last_step_summary()
     assert summary["rlsight/step"] == 3.0
     assert summary["rlsight/idle/barrier_s"] == summary["rlsight/idle_s"] > 0
+
+
+# -- discard(): what online and the report agree on, and exactly what differs -------------------
+
+
+def _discarding_run(run_dir: Path) -> list[dict[str, float]]:
+    """Step 1 generates groups a and b on the driver's thread and discards a in the same step;
+    step 2 discards b, which step 1 generated; step 3 discards nothing."""
+    summaries = []
+    rlsight.setup_telemetry(_config(run_dir))
+    try:
+        with rlsight.job_span():
+            with rlsight.step_span(1):
+                for gid in ("a", "b"):
+                    with rlsight.span(RL.GENERATION, "rl.rollout.generate", group_id=gid):
+                        time.sleep(0.01)
+                rlsight.discard(["a"], "filtered")
+                with rlsight.efficiency_span("idle/buffer_starvation"):
+                    time.sleep(0.003)
+            summaries.append(rlsight.last_step_summary())
+            with rlsight.step_span(2):
+                rlsight.discard(["b"], "stale")
+                with rlsight.span(RL.TRAINING, "rl.train.policy"):
+                    time.sleep(0.005)
+            summaries.append(rlsight.last_step_summary())
+            with rlsight.step_span(3):
+                with rlsight.span(RL.TRAINING, "rl.train.policy"):
+                    time.sleep(0.005)
+            summaries.append(rlsight.last_step_summary())
+    finally:
+        rlsight.shutdown_telemetry()
+    return summaries
+
+
+def test_discards_online_charge_the_same_step_and_differ_exactly_by_later_ones(tmp_path):
+    """A discard in the step that ran the work is charged online as in the report. A discard
+    in a later step cannot change a dict already handed over: the report moves that work to
+    wasted in the step that ran it, online keeps it productive there; nothing else differs."""
+    from rlsight.analysis import analyze_run
+
+    run_dir = tmp_path / "run"
+    online = _discarding_run(run_dir)
+    report = analyze_run(run_dir)
+    offline = {r.step: {b: r.buckets.get(b) / 1e9 for b in BUCKETS} for r in report.steps}
+    later = {d.reason: d.work_ns / 1e9 for d in report.wasted.discarded}
+    assert later["filtered"] >= 0.01 and later["stale"] >= 0.01
+    first = online[0]
+    # Group a (discarded in step 1): wasted online as in the report.
+    assert first["rlsight/wasted_s"] == pytest.approx(later["filtered"], abs=1e-9)
+    # Group b (discarded in step 2): productive online in step 1, wasted in the report's step 1.
+    assert offline[1]["wasted"] == pytest.approx(first["rlsight/wasted_s"] + later["stale"], abs=1e-9)
+    assert offline[1]["productive"] == pytest.approx(first["rlsight/productive_s"] - later["stale"],
+                                                     abs=1e-9)
+    for bucket in ("idle", "overhead", "unattributed"):
+        assert offline[1][bucket] == first[f"rlsight/{bucket}_s"], bucket
+    for summary in online[1:]:
+        step = int(summary["rlsight/step"])
+        for bucket in BUCKETS:
+            assert summary[f"rlsight/{bucket}_s"] == offline[step][bucket], (step, bucket)

@@ -16,9 +16,22 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from rlsight._doc_tables import markdown_table
-from rlsight.step_summary import GOODPUT_CONTRIBUTOR_SECONDS, GOODPUT_PCT, GOODPUT_SECONDS
+from rlsight.step_summary import (
+    GOODPUT_CONTRIBUTOR_SECONDS,
+    GOODPUT_PCT,
+    GOODPUT_SECONDS,
+    PROCESS_SECONDS,
+)
 
-__all__ = ["PANELS", "Panel", "grafana_dashboard", "panels_table", "prometheus_name"]
+__all__ = [
+    "BUSY",
+    "PANELS",
+    "Panel",
+    "fleet_utilisation",
+    "grafana_dashboard",
+    "panels_table",
+    "prometheus_name",
+]
 
 #: OpenTelemetry's unit -> Prometheus suffix for the units rlsight's metrics use; an
 #: annotation in braces (``{token}``) and ``1`` add no suffix.
@@ -45,6 +58,19 @@ _SECONDS: Final = prometheus_name(GOODPUT_SECONDS, "s", "counter")
 _CONTRIB: Final = prometheus_name(GOODPUT_CONTRIBUTOR_SECONDS, "s", "counter")
 _PCT: Final = prometheus_name(GOODPUT_PCT, "%", "gauge")
 _TOKENS: Final = prometheus_name(_GENERATION_TOKENS, "{token}", "counter")
+_PROCESS: Final = prometheus_name(PROCESS_SECONDS, "s", "counter")
+#: The buckets that count as busy in the fleet view: the process was doing work, useful or not.
+BUSY: Final = ("productive", "overhead", "wasted")
+
+
+def fleet_utilisation(window: str | None = RATE) -> str:
+    """PromQL of each worker group's busy share of its processes' wall time: over the rate
+    ``window``, or (``None``) over the run so far."""
+    busy = f'{_PROCESS}{{rl_bucket=~"{"|".join(BUSY)}"}}'
+    if window is None:
+        return f"sum by (rl_worker_group) ({busy}) / sum by (rl_worker_group) ({_PROCESS})"
+    return (f"sum by (rl_worker_group) (rate({busy}[{window}])) / "
+            f"sum by (rl_worker_group) (rate({_PROCESS}[{window}]))")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +110,13 @@ PANELS: Final[tuple[Panel, ...]] = (
         f'sum by (rl_contributor) (rate({_CONTRIB}{{rl_bucket="overhead"}}[{RATE}]))',
         "{{rl_contributor}}", "percentunit", True,
         "Seconds of overhead per second of run, by span name (refit, checkpoint, validation).",
+    ),
+    Panel(
+        "Fleet utilisation by worker group", fleet_utilisation(), "{{rl_worker_group}}",
+        "percentunit", False,
+        "Busy share (productive, overhead or wasted) of each worker group's processes, from "
+        "the busy time every process records (rl.goodput.process.seconds); the driver's "
+        "endpoint serves the driver's own, a collector all processes'.",
     ),
     Panel(
         "Engine generation tokens/s",

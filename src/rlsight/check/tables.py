@@ -136,7 +136,12 @@ def _builtin_metric_rows() -> list[list[str]]:
         EFFICIENCY_SECONDS,
         SKIPPED,
     )
-    from rlsight.step_summary import GOODPUT_CONTRIBUTOR_SECONDS, GOODPUT_PCT, GOODPUT_SECONDS
+    from rlsight.step_summary import (
+        GOODPUT_CONTRIBUTOR_SECONDS,
+        GOODPUT_PCT,
+        GOODPUT_SECONDS,
+        PROCESS_SECONDS,
+    )
 
     engine_attrs = "`rl.step`, `rl.engine.name`"
     rows = [
@@ -158,6 +163,9 @@ def _builtin_metric_rows() -> list[list[str]]:
          "`rl.step`, `rl.bucket`, `rl.contributor`", "—",
          "Seconds of the step a span name or efficiency category decided (idle, overhead, "
          "wasted)."],
+        [f"`{PROCESS_SECONDS}`", "counter", "`s`", "`rl.bucket`, `rl.worker_group`, `rl.rank`", "—",
+         "Seconds of each process's wall time in each bucket (`unattributed` too), by its own "
+         "spans, every 10 s and at flush/shutdown: fleet utilisation."],
         ["`rl.setup.duration`", "histogram", "`s`", "`phase`", "—",
          "Wall time of each startup phase (`setup_span`)."],
         ["`rl.telemetry.dropped_spans`", "counter", "`{span}`",

@@ -37,6 +37,8 @@ _BUCKET: Final = "rl.bucket"
 _CONCURRENT: Final = "rl.concurrent"
 _DISCARD: Final = "rl.discard"
 _GROUP_ID: Final = "rl.group_id"
+_INT64_MIN: Final = -(1 << 63)
+_INT64_MAX: Final = (1 << 63) - 1
 _FIRST: Final = itemgetter(0)
 _SECOND: Final = itemgetter(1)
 
@@ -89,7 +91,8 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
     step_no = np.full(n, NO_STEP, np.int64)
     for i in np.flatnonzero(name == names.get(STEP_SPAN, -1)).tolist():
         number = attrs[i].get("rl.step")
-        if type(number) is int:  # the store reads only an int (OTLP intValue)
+        # The store reads only an int64 (an OTLP intValue; a larger int is written as text).
+        if type(number) is int and _INT64_MIN <= number <= _INT64_MAX:
             step_no[i] = number
     # The attribute dicts the discard charging reads, as the store reader keeps them.
     kept: dict[int, Mapping[str, Any]] = {

@@ -6,6 +6,8 @@
    off), so the ratio says how much the online summary adds to a step; and its parts, so the
    breakdown is measured in the same run: reading the fields, building the columns, the
    report's table and rollup, and the rest (summary dict, metrics, bookkeeping).
+   Beside it, what every process pays every 10 s in a background thread for its busy time
+   (``rl.goodput.process.seconds``) when those spans fall in one window.
 2. The per-span bookkeeping the processor does (``on_start`` + ``on_end`` while a step is
    open), next to a bare ``dict`` set and pop.
 
@@ -26,7 +28,7 @@ from _harness import compare, emit_json, parse_args, ratio_table
 import rlsight
 from rlsight import RL, TelemetryConfig
 from rlsight._step_rollup import StepRollupProcessor, live_spans
-from rlsight.analysis.online import live_columns, step_goodput
+from rlsight.analysis.online import live_columns, step_goodput, window_buckets
 
 SPANS = 1_000
 
@@ -40,6 +42,7 @@ def main() -> None:
     assert tp is not None
     proc = next(p for p in tp._active_span_processor._span_processors
                 if isinstance(p, StepRollupProcessor))
+    proc.shutdown()  # no busy-time window may cut in the middle of a measurement
     tracer = telemetry.tracer
     buckets = ("productive", "overhead", "idle")
 
@@ -76,12 +79,16 @@ def main() -> None:
 
     def create_spans() -> None:
         make_spans()
+        proc._window.clear()
 
     results = compare({"online rollup of a 1,000-span step": rollup,
                        "creating the step's 999 spans": create_spans,
                        "  part: reading the spans' fields": lambda: live_spans(ended, now, resource),  # type: ignore[arg-type]
                        "  part: building the columns": lambda: live_columns(fields),
-                       "  part: the report's table and rollup": lambda: step_goodput(cols, step_id)},
+                       "  part: the report's table and rollup": lambda: step_goodput(cols, step_id),
+                       "busy-time window of the same spans": lambda: window_buckets(
+                           live_columns(live_spans(ended, now, resource)),  # type: ignore[arg-type]
+                           step.start_time, now)},  # type: ignore[attr-defined]
                       number=1, rounds=rounds, loop_overhead=False, clock=time.thread_time_ns)
 
     sample = tracer.start_span("rl.rollout.generate", attributes={"rl.bucket": buckets[0]})
@@ -93,6 +100,7 @@ def main() -> None:
         proc.on_start(sample)  # type: ignore[arg-type]
         proc.on_end(sample)
         proc._ended.clear()
+        proc._window.clear()
 
     def dict_set_pop() -> None:
         table[1] = sample

@@ -158,3 +158,22 @@ def test_a_ray_workers_busy_time_reaches_the_store_with_its_identity(ray_cluster
     assert online["productive"] >= 0.05 and online["idle"] >= 0.03
     for bucket in ("productive", "overhead", "idle", "wasted"):
         assert online[bucket] == pytest.approx(usage.buckets.get(bucket) / 1e9, abs=1e-9), bucket
+
+
+def test_a_window_closes_early_once_many_spans_ended_in_it(tmp_path):
+    """A process emitting spans fast never holds more than WINDOW_SPANS ended spans for its
+    busy time: the window thread closes the window without waiting for its 10 s."""
+    from rlsight._step_rollup import WINDOW_SPANS
+
+    with rlsight.setup_telemetry(_config(tmp_path / "run")) as telemetry:
+        rollup = telemetry._rollup
+        assert rollup is not None
+        first = rollup._window_start
+        for _ in range(WINDOW_SPANS):
+            with rlsight.span(RL.TRAINING, "rl.train.policy"):
+                pass
+        deadline = time.monotonic() + 5
+        while rollup._window_start == first and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert rollup._window_start > first
+        assert len(rollup._window) < WINDOW_SPANS

@@ -2,17 +2,17 @@
 window of wall time (every process).
 
 Per span it only files the SDK's span object: ``on_start`` puts it in a dict of open spans,
-``on_end`` moves it to a list (a dict set, a pop and an append, no lock: each is one atomic
-operation under the GIL). Everything else waits:
+``on_end`` pops it and appends it to the window's list and, while a step is open, to the
+step's (no lock: each is one atomic operation under the GIL). Everything else waits:
 
 - **When an ``rl.step`` ends** (the driver only), the processor hands that list, plus the
   spans still open (the ancestors that give a step's spans their depth in the trace tree, and
   async tasks that outlive the step), to :func:`rlsight.analysis.online.step_goodput` as plain
   per-field lists read in a few C-level passes: the report's own rollup, on the same spans the
   report reads for that step. The result is ``last_step_summary()`` and ``rl.goodput.*``.
-- **Every** :data:`WINDOW_S` **seconds** (and at ``flush_telemetry``/shutdown), in every
-  process, a background thread partitions this process's own timelines over the window that
-  just closed by the report's fleet rule (:func:`rlsight.analysis.online.window_buckets`) and
+- **Every** :data:`WINDOW_S` **seconds** (sooner after :data:`WINDOW_SPANS` spans; and at
+  ``flush_telemetry``/shutdown), in every process, a background thread partitions this
+  process's own timelines over the window that just closed by the report's fleet rule (:func:`rlsight.analysis.online.window_buckets`) and
   adds the seconds of each bucket to ``rl.goodput.process.seconds`` with the process's
   ``rl.worker_group`` and ``rl.rank``: summed over processes by Prometheus (through a
   collector) or read back from the local store, that is live fleet utilisation.
@@ -59,12 +59,15 @@ if TYPE_CHECKING:
     from rlsight.analysis.online import LiveSpans, StepGoodput
     from rlsight.runtime import Telemetry
 
-__all__ = ["WINDOW_S", "StepRollupProcessor", "live_spans"]
+__all__ = ["WINDOW_S", "WINDOW_SPANS", "StepRollupProcessor", "live_spans"]
 
 _STEP: Final = "rl.step"
 #: Seconds between two windows of ``rl.goodput.process.seconds`` (a window also closes at
 #: ``flush_telemetry`` and at shutdown).
 WINDOW_S: Final = 10.0
+#: A window also closes early once this many spans ended in it, so a process that emits
+#: thousands of spans a second never holds more than this many ended spans for it.
+WINDOW_SPANS: Final = 10_000
 _INSTRUMENTS: Final = InstrumentCache()
 #: The fields the rollup reads, as the SDK's ``ReadableSpan`` stores them: one C-level call
 #: per span (the public properties cost a Python call per field per span).
@@ -104,7 +107,8 @@ class StepRollupProcessor(SpanProcessor):
         self._window: list[ReadableSpan] = []
         """Spans ended since the last window's end: the next window reads them."""
         self._window_start = time.time_ns()
-        self._stop = threading.Event()
+        self._stop = False
+        self._wake = threading.Event()
         self._windows: threading.Thread | None = None
         if window_s > 0:
             self._windows = threading.Thread(
@@ -130,7 +134,10 @@ class StepRollupProcessor(SpanProcessor):
         sid = context[1]
         self._open.pop(sid, None)
         if self._windows is not None:
-            self._window.append(span)
+            window = self._window
+            window.append(span)
+            if len(window) == WINDOW_SPANS:
+                self._wake.set()
         if not self._open_steps:
             return
         self._ended.append(span)
@@ -138,7 +145,8 @@ class StepRollupProcessor(SpanProcessor):
             self._step_ended(sid, span)
 
     def shutdown(self) -> None:
-        self._stop.set()
+        self._stop = True
+        self._wake.set()
 
     # -- roll-ups ---------------------------------------------------------------------------
     def _take(self, kept: list[ReadableSpan], now: int) -> tuple[int, list[ReadableSpan], LiveSpans]:
@@ -213,7 +221,11 @@ class StepRollupProcessor(SpanProcessor):
                 self._keep(self._window, count, batch, ends, now)
 
     def _cut_windows(self, window_s: float) -> None:
-        while not self._stop.wait(window_s):
+        while True:
+            self._wake.wait(window_s)
+            self._wake.clear()
+            if self._stop:
+                return
             self.cut()
 
 

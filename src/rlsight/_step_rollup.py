@@ -12,10 +12,11 @@ step's (no lock: each is one atomic operation under the GIL). Everything else wa
   report reads for that step. The result is ``last_step_summary()`` and ``rl.goodput.*``.
 - **Every** :data:`WINDOW_S` **seconds** (sooner after :data:`WINDOW_SPANS` spans; and at
   ``flush_telemetry``/shutdown), in every process, a background thread partitions this
-  process's own timelines over the window that just closed by the report's fleet rule (:func:`rlsight.analysis.online.window_buckets`) and
-  adds the seconds of each bucket to ``rl.goodput.process.seconds`` with the process's
-  ``rl.worker_group`` and ``rl.rank``: summed over processes by Prometheus (through a
-  collector) or read back from the local store, that is live fleet utilisation.
+  process's own timelines over the window that just closed by the report's fleet rule
+  (:func:`rlsight.analysis.online.window_buckets`) and adds the seconds of each bucket to
+  ``rl.goodput.process.seconds`` with the process's ``rl.worker_group`` and ``rl.rank``:
+  summed over processes by Prometheus (through a collector) or read back from the local
+  store, that is live fleet utilisation.
 
 What it keeps is bounded: after each roll-up only spans that end after both the earliest
 step still open and the last window's end stay. Spans still open are handed over as ending

@@ -38,18 +38,16 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
 from rlsight._instruments import InstrumentCache
 from rlsight._readable import span_attributes
+from rlsight._semconv import BUCKET, RANK, STEP, STEP_SPAN, WORKER_GROUP
 from rlsight.step_summary import (
-    BUCKET_ATTRIBUTE,
     CONTRIBUTOR_ATTRIBUTE,
     CONTRIBUTOR_BUCKETS,
     GOODPUT_CONTRIBUTOR_SECONDS,
     GOODPUT_PCT,
     GOODPUT_SECONDS,
     PROCESS_SECONDS,
-    RANK_ATTRIBUTE,
     SUMMARY_BUCKETS,
     SUMMARY_PREFIX,
-    WORKER_GROUP_ATTRIBUTE,
     summary_dict,
 )
 
@@ -62,7 +60,6 @@ if TYPE_CHECKING:
 
 __all__ = ["WINDOW_S", "WINDOW_SPANS", "StepRollupProcessor", "live_spans"]
 
-_STEP: Final = "rl.step"
 #: Seconds between two windows of ``rl.goodput.process.seconds`` (a window also closes at
 #: ``flush_telemetry`` and at shutdown).
 WINDOW_S: Final = 10.0
@@ -125,7 +122,7 @@ class StepRollupProcessor(SpanProcessor):
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         sid = span.context[1]  # SpanContext is a tuple: (trace id, span id, ...)
         self._open[sid] = span
-        if self._steps and span.name == _STEP:
+        if self._steps and span.name == STEP_SPAN:
             with self._lock:
                 self._open_steps[sid] = span.start_time or 0
 
@@ -236,9 +233,9 @@ def _record(runtime: Telemetry, result: StepGoodput, summary: dict[str, float]) 
     counter = _INSTRUMENTS.counter(
         meter, GOODPUT_SECONDS, "s", "Seconds of each step in each goodput bucket (driver timeline).")
     for bucket in SUMMARY_BUCKETS:
-        counter.add(summary[f"{SUMMARY_PREFIX}{bucket}_s"], {_STEP: step, BUCKET_ATTRIBUTE: bucket})
+        counter.add(summary[f"{SUMMARY_PREFIX}{bucket}_s"], {STEP: step, BUCKET: bucket})
     _INSTRUMENTS.gauge(meter, GOODPUT_PCT, "%", "Productive share of the step's wall time.").set(
-        summary[f"{SUMMARY_PREFIX}goodput_pct"], {_STEP: step})
+        summary[f"{SUMMARY_PREFIX}goodput_pct"], {STEP: step})
     contributor = _INSTRUMENTS.counter(
         meter, GOODPUT_CONTRIBUTOR_SECONDS, "s",
         "Seconds of each step a span name (or efficiency category) decided, by bucket.")
@@ -247,15 +244,14 @@ def _record(runtime: Telemetry, result: StepGoodput, summary: dict[str, float]) 
     for c in result.contributors:
         if c.bucket in CONTRIBUTOR_BUCKETS:
             contributor.add(c.attributed_ns / 1e9, {
-                _STEP: step, BUCKET_ATTRIBUTE: c.bucket, CONTRIBUTOR_ATTRIBUTE: span_label(c.name)})
+                STEP: step, BUCKET: c.bucket, CONTRIBUTOR_ATTRIBUTE: span_label(c.name)})
 
 
 def _record_window(runtime: Telemetry, nanoseconds: Mapping[str, int]) -> None:
     resource = runtime.resource_attributes
-    identity = {WORKER_GROUP_ATTRIBUTE: resource.get(WORKER_GROUP_ATTRIBUTE, "unknown"),
-                RANK_ATTRIBUTE: resource.get(RANK_ATTRIBUTE, 0)}
+    identity = {WORKER_GROUP: resource.get(WORKER_GROUP, "unknown"), RANK: resource.get(RANK, 0)}
     counter = _INSTRUMENTS.counter(
         runtime.meter, PROCESS_SECONDS, "s",
         "Seconds of this process's wall time in each goodput bucket (its own timelines).")
     for bucket in SUMMARY_BUCKETS:
-        counter.add(nanoseconds[bucket] / 1e9, {BUCKET_ATTRIBUTE: bucket, **identity})
+        counter.add(nanoseconds[bucket] / 1e9, {BUCKET: bucket, **identity})

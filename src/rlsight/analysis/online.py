@@ -22,8 +22,18 @@ from typing import Any, Final
 
 import numpy as np
 
+from rlsight._semconv import (
+    BUCKET,
+    CONCURRENT,
+    DISCARD_SPAN,
+    GROUP_ID,
+    SERVICE_INSTANCE_ID,
+    STEP,
+    STEP_SPAN,
+    THREAD_ID,
+)
 from rlsight.analysis._steps import find_steps
-from rlsight.analysis._table import STEP_SPAN, build_table
+from rlsight.analysis._table import build_table
 from rlsight.analysis.fleets import fleets
 from rlsight.analysis.goodput import RunPartition, contributors, partition_timelines, step_buckets
 from rlsight.analysis.model import Buckets, Contributor
@@ -32,11 +42,6 @@ from rlsight.store._columnar import BUCKET_CODES, NO_STEP, SpanColumns
 
 __all__ = ["LiveSpans", "StepGoodput", "live_columns", "step_goodput", "window_buckets"]
 
-_THREAD: Final = "thread.id"
-_BUCKET: Final = "rl.bucket"
-_CONCURRENT: Final = "rl.concurrent"
-_DISCARD: Final = "rl.discard"
-_GROUP_ID: Final = "rl.group_id"
 _INT64_MIN: Final = -(1 << 63)
 _INT64_MAX: Final = (1 << 63) - 1
 _FIRST: Final = itemgetter(0)
@@ -90,14 +95,14 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
     now = spans.now
     step_no = np.full(n, NO_STEP, np.int64)
     for i in np.flatnonzero(name == names.get(STEP_SPAN, -1)).tolist():
-        number = attrs[i].get("rl.step")
+        number = attrs[i].get(STEP)
         # The store reads only an int64 (an OTLP intValue; a larger int is written as text).
         if type(number) is int and _INT64_MIN <= number <= _INT64_MAX:
             step_no[i] = number
     # The attribute dicts the discard charging reads, as the store reader keeps them.
     kept: dict[int, Mapping[str, Any]] = {
-        i: dict(attrs[i]) for i in np.flatnonzero(name == names.get(_DISCARD, -1)).tolist()}
-    kept.update((i, dict(a)) for i, a in enumerate(attrs) if _GROUP_ID in a)
+        i: dict(attrs[i]) for i in np.flatnonzero(name == names.get(DISCARD_SPAN, -1)).tolist()}
+    kept.update((i, dict(a)) for i, a in enumerate(attrs) if GROUP_ID in a)
     codes: Mapping[Any, int] = BUCKET_CODES  # any value that is not a bucket name: -1
     return SpanColumns(
         start=np.fromiter(spans.starts, np.int64, n),
@@ -107,10 +112,10 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
         parent_id=np.array([0 if p is None else p[1] for p in spans.parents], np.uint64),
         name=name,
         group=np.zeros(n, np.int64),
-        bucket=np.array([codes.get(a.get(_BUCKET), -1) for a in attrs], np.int8),
-        concurrent=np.array([a.get(_CONCURRENT) is True for a in attrs], np.bool_),
+        bucket=np.array([codes.get(a.get(BUCKET), -1) for a in attrs], np.int8),
+        concurrent=np.array([a.get(CONCURRENT) is True for a in attrs], np.bool_),
         process=np.zeros(n, np.int64),
-        thread=np.array([t if type(t := a.get(_THREAD)) is int else 0 for a in attrs], np.int64),
+        thread=np.array([t if type(t := a.get(THREAD_ID)) is int else 0 for a in attrs], np.int64),
         step_no=step_no,
         batch_size=np.full(n, math.nan),
         prompts=np.full(n, math.nan),
@@ -119,7 +124,7 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
         groups=[""],
         traces=[format(t, "032x") for t in traces],
         resources=[spans.resource],
-        process_keys=[str(spans.resource.get("service.instance.id", "driver"))],
+        process_keys=[str(spans.resource.get(SERVICE_INSTANCE_ID, "driver"))],
         kept_attributes=kept,
     )
 

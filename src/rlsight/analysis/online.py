@@ -79,7 +79,8 @@ class LiveSpans:
 
 def live_columns(spans: LiveSpans) -> SpanColumns:
     """The columns the store reader would build from these spans' lines (what the rollup
-    reads; the group, status and numeric attribute columns stay empty: no rollup reads them)."""
+    reads; the group, status and numeric attribute columns stay empty, and the kept attribute
+    dicts unless a discard is among the spans: no rollup reads them)."""
     n = len(spans.names)
     trace_ids = list(map(_FIRST, spans.contexts))
     first = trace_ids[0] if n else 0
@@ -99,10 +100,12 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
         # The store reads only an int64 (an OTLP intValue; a larger int is written as text).
         if type(number) is int and _INT64_MIN <= number <= _INT64_MAX:
             step_no[i] = number
-    # The attribute dicts the discard charging reads, as the store reader keeps them.
-    kept: dict[int, Mapping[str, Any]] = {
-        i: dict(attrs[i]) for i in np.flatnonzero(name == names.get(DISCARD_SPAN, -1)).tolist()}
-    kept.update((i, dict(a)) for i, a in enumerate(attrs) if GROUP_ID in a)
+    # The attribute dicts the discard charging reads, as the store reader keeps them; without
+    # an ``rl.discard`` span among these spans it reads none.
+    kept: dict[int, Mapping[str, Any]] = {}
+    if DISCARD_SPAN in names:
+        kept = {i: dict(attrs[i]) for i in np.flatnonzero(name == names[DISCARD_SPAN]).tolist()}
+        kept.update((i, dict(a)) for i, a in enumerate(attrs) if GROUP_ID in a)
     codes: Mapping[Any, int] = BUCKET_CODES  # any value that is not a bucket name: -1
     return SpanColumns(
         start=np.fromiter(spans.starts, np.int64, n),

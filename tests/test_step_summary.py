@@ -335,3 +335,23 @@ def test_discards_online_charge_the_same_step_and_differ_exactly_by_later_ones(t
         step = int(summary["rlsight/step"])
         for bucket in BUCKETS:
             assert summary[f"rlsight/{bucket}_s"] == offline[step][bucket], (step, bucket)
+
+
+def test_spans_whose_attributes_are_not_the_sdks_bounded_ones_are_read_all_the_same():
+    """The fields are read straight from the SDK's span objects; a span that keeps its
+    attributes another way (a plain dict, none) goes through the public properties."""
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.trace import SpanContext
+
+    from rlsight._step_rollup import live_spans
+
+    def made(span_id: int, attributes: dict[str, object] | None) -> ReadableSpan:
+        return ReadableSpan(name="rl.train.policy", context=SpanContext(1, span_id, False),
+                            parent=SpanContext(1, 9, False), attributes=attributes,
+                            start_time=10 * span_id, end_time=None)
+
+    spans = live_spans([made(1, {"rl.bucket": "idle"}), made(2, None)], 99, {})
+    assert [dict(a) for a in spans.attributes] == [{"rl.bucket": "idle"}, {}]
+    assert [c[1] for c in spans.contexts] == [1, 2] and [p[1] for p in spans.parents] == [9, 9]
+    assert list(spans.starts) == [10, 20] and list(spans.ends) == [None, None]
+    assert list(spans.names) == ["rl.train.policy"] * 2

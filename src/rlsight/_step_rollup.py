@@ -69,7 +69,8 @@ WINDOW_SPANS: Final = 10_000
 _INSTRUMENTS: Final = InstrumentCache()
 #: The fields the rollup reads, as the SDK's ``ReadableSpan`` stores them: one C-level call
 #: per span (the public properties cost a Python call per field per span).
-_FIELDS: Final = attrgetter("_context", "_parent", "_name", "_start_time", "_end_time", "_attributes")
+_FIELDS: Final = attrgetter(
+    "_context", "_parent", "_name", "_start_time", "_end_time", "_attributes._dict")
 _PUBLIC_FIELDS: Final = attrgetter("context", "parent", "name", "start_time", "end_time")
 
 
@@ -79,11 +80,9 @@ def live_spans(spans: list[ReadableSpan], now: int, resource: Any) -> LiveSpans:
 
     if not spans:
         return LiveSpans((), (), (), (), (), (), now, resource)
+    attributes: Sequence[Any]
     try:
-        contexts, parents, names, starts, ends, raw = zip(*map(_FIELDS, spans), strict=True)
-        attributes: list[Any] = [getattr(a, "_dict", None) for a in raw]
-        if None in attributes:  # not the SDK's BoundedAttributes: read them the slow way
-            attributes = [span_attributes(s) for s in spans]
+        contexts, parents, names, starts, ends, attributes = zip(*map(_FIELDS, spans), strict=True)
     except AttributeError:  # an SDK that stores spans differently: the public properties
         contexts, parents, names, starts, ends = zip(*map(_PUBLIC_FIELDS, spans), strict=True)
         attributes = [span_attributes(s) for s in spans]

@@ -355,3 +355,32 @@ def test_spans_whose_attributes_are_not_the_sdks_bounded_ones_are_read_all_the_s
     assert [c[1] for c in spans.contexts] == [1, 2] and [p[1] for p in spans.parents] == [9, 9]
     assert list(spans.starts) == [10, 20] and list(spans.ends) == [None, None]
     assert list(spans.names) == ["rl.train.policy"] * 2
+
+
+def test_without_numpy_the_run_goes_on_and_the_driver_says_why_once(tmp_path):
+    """numpy comes with the analysis extra; a driver without it still sets up and runs, with
+    one warning naming the extra, and last_step_summary() stays empty."""
+    import subprocess
+    import sys
+
+    program = f"""
+import sys, warnings
+sys.modules["numpy"] = None  # as if the analysis extra were not installed
+warnings.simplefilter("always")
+import rlsight
+with warnings.catch_warnings(record=True) as caught:
+    rlsight.setup_telemetry(rlsight.TelemetryConfig(run_dir={str(tmp_path / "run")!r}))
+    for step in range(2):
+        with rlsight.step_span(step):
+            with rlsight.span(rlsight.RL.TRAINING, "rl.train.policy"):
+                pass
+    assert rlsight.last_step_summary() == {{}}
+    rlsight.flush_telemetry()
+    report = rlsight.shutdown_telemetry()
+messages = [str(w.message) for w in caught if "numpy" in str(w.message)]
+assert len(messages) == 1 and "rlsight[analysis]" in messages[0], messages
+assert not report.internal_errors, report.internal_errors
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

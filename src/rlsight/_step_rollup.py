@@ -28,6 +28,7 @@ one missing level of depth, where the report sees the whole chain.
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -39,6 +40,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from rlsight._instruments import InstrumentCache
 from rlsight._readable import span_attributes
 from rlsight._semconv import BUCKET, RANK, STEP, STEP_SPAN, WORKER_GROUP
+from rlsight.errors import warn_once
 from rlsight.step_summary import (
     CONTRIBUTOR_ATTRIBUTE,
     CONTRIBUTOR_BUCKETS,
@@ -58,7 +60,7 @@ if TYPE_CHECKING:
     from rlsight.analysis.online import LiveSpans, StepGoodput
     from rlsight.runtime import Telemetry
 
-__all__ = ["WINDOW_S", "WINDOW_SPANS", "StepRollupProcessor", "live_spans"]
+__all__ = ["WINDOW_S", "WINDOW_SPANS", "StepRollupProcessor", "live_spans", "rollup_available"]
 
 #: Seconds between two windows of ``rl.goodput.process.seconds`` (a window also closes at
 #: ``flush_telemetry`` and at shutdown).
@@ -72,6 +74,22 @@ _INSTRUMENTS: Final = InstrumentCache()
 _FIELDS: Final = attrgetter(
     "_context", "_parent", "_name", "_start_time", "_end_time", "_attributes._dict")
 _PUBLIC_FIELDS: Final = attrgetter("context", "parent", "name", "start_time", "end_time")
+
+
+def rollup_available(driver: bool) -> bool:
+    """Whether this process can roll goodput up: the rollup is the report's, which needs the
+    ``analysis`` extra (numpy). Without it the run goes on without online goodput; the driver
+    says so once, naming the fix (a worker, which would say it once per process, stays quiet)."""
+    try:
+        found = importlib.util.find_spec("numpy") is not None
+    except (ImportError, ValueError):  # a stub in sys.modules, a broken install
+        found = False
+    if not found and driver:
+        warn_once("online-goodput-numpy",
+                  "rlsight: last_step_summary(), rl.goodput.* and the busy-time metrics need "
+                  "numpy, which is not installed; install rlsight[analysis] to get them (the run "
+                  "goes on without them)")
+    return found
 
 
 def live_spans(spans: list[ReadableSpan], now: int, resource: Any) -> LiveSpans:

@@ -415,11 +415,12 @@ class Telemetry:
                 raise
             for processor in self._extra_processors:
                 tp.add_span_processor(processor)
-            from rlsight._step_rollup import StepRollupProcessor
+            from rlsight._step_rollup import StepRollupProcessor, rollup_available
 
             # Every process: its busy time per window; the driver: each step's goodput too.
-            self._rollup = StepRollupProcessor(self, steps=self._driver)
-            tp.add_span_processor(self._rollup)
+            if rollup_available(self._driver):
+                self._rollup = StepRollupProcessor(self, steps=self._driver)
+                tp.add_span_processor(self._rollup)
             readers.extend(self._extra_readers)
             mp = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
             if self._local_metric_reader is not None:

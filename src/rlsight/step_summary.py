@@ -101,8 +101,8 @@ def last_step_summary() -> dict[str, float]:
       absent from a step has no key in that step's dict (a gap, not a 0).
 
     Returns an empty dict before the first step ends, without telemetry, in a worker (only
-    the process that called :func:`rlsight.setup_telemetry` rolls steps up), or when the
-    ``step`` span group is off.
+    the process that called :func:`rlsight.setup_telemetry` rolls steps up), when the
+    ``step`` span group is off, or without numpy (the ``analysis`` extra; setup warns).
     """
     runtime = active_runtime()
     if runtime is None:

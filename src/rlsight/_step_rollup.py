@@ -69,8 +69,6 @@ class StepRollupProcessor(SpanProcessor):
         # machine). Imported here, at setup, that cost lands in the run's startup; imported on
         # the first step's end it would sit between steps 1 and 2 (and trip a stall watchdog).
         # ``import rlsight`` itself stays light: only a driver's setup pays it.
-        import rlsight.analysis.online
-        import rlsight.store._columnar  # noqa: F401
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         sid = span.context.span_id
@@ -126,8 +124,8 @@ class StepRollupProcessor(SpanProcessor):
         return chosen
 
     def _roll_up(self, step_id: int, step: ReadableSpan, spans: Mapping[int, ReadableSpan]) -> None:
+        from rlsight.analysis.columns import span_columns_from_rows
         from rlsight.analysis.online import step_goodput
-        from rlsight.store._columnar import span_columns_from_rows
 
         now = step.end_time or 0
         trace = format(step.context.trace_id, "032x")

@@ -169,8 +169,8 @@ class Watchdog:
         processes: list[ProcessState] = []
         path: Path | None = None
         if self._config.local_store:
+            from rlsight.analysis._read import read_span_columns
             from rlsight.analysis.live import process_states
-            from rlsight.store._columnar import read_span_columns
             from rlsight.store._live import read_live
 
             run_dir = self._config.run_path

@@ -17,8 +17,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rlsight._semconv import DEVICES, RANK, SERVICE_NAME, STEP_SPAN, WORKER_GROUP
+from rlsight.analysis.columns import SpanColumns
 from rlsight.analysis.model import Timeline
-from rlsight.store._columnar import SpanColumns
 from rlsight.store._schema import AttributeValue
 
 __all__ = ["Rank", "SpanTable", "build_table", "int_attribute"]

@@ -1,7 +1,7 @@
 """One step's goodput from the driver's live spans, by the offline rollup's own functions.
 
 The driver hands over the spans of the step that just ended (its own timeline, plus the
-ancestors that give them their depth) as :class:`~rlsight.store._columnar.SpanColumns`; this
+ancestors that give them their depth) as :class:`~rlsight.analysis.columns.SpanColumns`; this
 module runs the same table, step and partition code as ``rlsight report`` on them. There is
 no second rollup: a step's buckets online are the report's buckets for that step whenever
 the spans handed over are the ones the report sees inside the step's window.
@@ -15,9 +15,9 @@ import numpy as np
 
 from rlsight.analysis._steps import find_steps
 from rlsight.analysis._table import build_table
+from rlsight.analysis.columns import SpanColumns
 from rlsight.analysis.goodput import contributors, partition_timelines, step_buckets
 from rlsight.analysis.model import Buckets, Contributor
-from rlsight.store._columnar import SpanColumns
 
 __all__ = ["StepGoodput", "step_goodput"]
 

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from rlsight.store._schema import SkippedRecord
 
-__all__ = ["MAX_LINE_BYTES", "PARSE_ERRORS", "int64", "json_lines", "loads"]
+__all__ = ["MAX_LINE_BYTES", "PARSE_ERRORS", "int64", "int64s", "json_lines", "loads", "numbered_json"]
 
 #: Longest store line a reader accepts. rlsight's own lines are one batch of at most 4096
 #: spans with attributes capped in length (a few MiB); a longer line is not one of ours.
@@ -45,6 +45,24 @@ def int64(raw: object) -> int:
     if not _INT64_MIN <= value <= _INT64_MAX:
         raise ValueError(f"integer {str(raw)[:40]} is outside the int64 range")
     return value
+
+
+def int64s(values: list[Any]) -> list[int]:
+    """:func:`int64` of every value, as one column: the same answers, a few times faster.
+
+    A store holds one timestamp pair per span, so this runs a million times per large run; the
+    column is converted in C (``map(int, ...)``) and range-checked once by its extremes.
+
+    Raises:
+        ValueError: a value is not an integer, or one is outside the int64 range.
+    """
+    kinds = set(map(type, values))
+    if not kinds <= {str, int}:  # a bool, a float, a list...: int64 names the culprit
+        return [int64(v) for v in values]
+    out = list(map(int, values))
+    if out and not (min(out) >= _INT64_MIN and max(out) <= _INT64_MAX):
+        return [int64(v) for v in values]
+    return out
 
 
 def loads() -> Callable[[bytes], Any]:
@@ -90,20 +108,34 @@ def _raw_lines(path: Path, skipped: list[SkippedRecord]) -> Iterator[tuple[int, 
             yield lineno, raw
 
 
-def json_lines(path: Path, skipped: list[SkippedRecord]) -> Iterator[tuple[int, Any]]:
-    """Each non-blank line of ``path`` parsed (see :func:`loads`), numbered from 1.
+def numbered_json(path: Path) -> Iterator[tuple[int, Any] | SkippedRecord]:
+    """Each non-blank line of ``path`` parsed (see :func:`loads`) and numbered from 1, or the
+    :class:`SkippedRecord` saying why that line was not, in file order.
 
-    A line that does not parse is recorded in ``skipped`` (a last line without its newline
-    as ``truncated line``: a process killed mid-write) and the walk goes on.
+    A line that does not parse is skipped (a last line without its newline as ``truncated
+    line``: a process killed mid-write) and the walk goes on.
     """
     parse = loads()
-    for lineno, raw in _raw_lines(path, skipped):
+    bad: list[SkippedRecord] = []
+    for lineno, raw in _raw_lines(path, bad):
+        yield from bad
+        bad.clear()
         if not raw.strip():
             continue
         try:
             yield lineno, parse(raw)
         except RecursionError:
-            skipped.append(SkippedRecord(str(path), lineno, "not JSON (nested too deep)"))
+            yield SkippedRecord(str(path), lineno, "not JSON (nested too deep)")
         except ValueError as exc:  # JSONDecodeError, orjson's error and UnicodeDecodeError
             what = "truncated line" if not raw.endswith(b"\n") else "not JSON"
-            skipped.append(SkippedRecord(str(path), lineno, f"{what} ({str(exc)[:200]})"))
+            yield SkippedRecord(str(path), lineno, f"{what} ({str(exc)[:200]})")
+    yield from bad
+
+
+def json_lines(path: Path, skipped: list[SkippedRecord]) -> Iterator[tuple[int, Any]]:
+    """:func:`numbered_json` for readers of one record kind: skips go to ``skipped``."""
+    for item in numbered_json(path):
+        if isinstance(item, SkippedRecord):
+            skipped.append(item)
+        else:
+            yield item

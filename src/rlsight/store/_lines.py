@@ -18,7 +18,16 @@ from typing import Any, Final
 
 from rlsight.store._schema import SkippedRecord
 
-__all__ = ["MAX_LINE_BYTES", "PARSE_ERRORS", "int64", "int64s", "json_lines", "loads", "numbered_json"]
+__all__ = [
+    "MAX_LINE_BYTES",
+    "PARSE_ERRORS",
+    "int64",
+    "int64s",
+    "json_lines",
+    "last_line_end",
+    "loads",
+    "numbered_json",
+]
 
 #: Longest store line a reader accepts. rlsight's own lines are one batch of at most 4096
 #: spans with attributes capped in length (a few MiB); a longer line is not one of ours.
@@ -78,17 +87,32 @@ def loads() -> Callable[[bytes], Any]:
     return orjson.loads
 
 
-def _raw_lines(path: Path, skipped: list[SkippedRecord]) -> Iterator[tuple[int, bytes]]:
+def _raw_lines(
+    path: Path, skipped: list[SkippedRecord], start: int = 0, stop: int | None = None, lineno: int = 0,
+) -> Iterator[tuple[int, bytes]]:
+    """The lines of ``path`` from byte ``start`` (a line start, after line ``lineno``) up to
+    byte ``stop`` (default: the end), each with its number."""
     try:
         handle = path.open("rb")
     except OSError as exc:
         skipped.append(SkippedRecord(str(path), 0, f"cannot open: {exc.strerror}"))
         return
     limit = MAX_LINE_BYTES  # read per call, so a test can lower it
+    left = -1 if stop is None else stop - start  # -1: no bound
+
+    def read(size: int) -> bytes:
+        nonlocal left
+        if left < 0:
+            return handle.readline(size)
+        raw = handle.readline(min(size, left))
+        left -= len(raw)
+        return raw
+
     with handle:
-        lineno = 0
-        while True:
-            raw = handle.readline(limit + 1)
+        if start:
+            handle.seek(start)
+        while left:
+            raw = read(limit + 1)
             if not raw:
                 return
             lineno += 1
@@ -96,8 +120,8 @@ def _raw_lines(path: Path, skipped: list[SkippedRecord]) -> Iterator[tuple[int, 
                 # Skip the rest of the line without holding it: a runaway writer's file must
                 # not take the reader's memory with it.
                 size = len(raw)
-                while not raw.endswith(b"\n"):
-                    raw = handle.readline(_SKIP_CHUNK)
+                while not raw.endswith(b"\n") and left:
+                    raw = read(_SKIP_CHUNK)
                     if not raw:
                         break
                     size += len(raw)
@@ -108,28 +132,50 @@ def _raw_lines(path: Path, skipped: list[SkippedRecord]) -> Iterator[tuple[int, 
             yield lineno, raw
 
 
-def numbered_json(path: Path) -> Iterator[tuple[int, Any] | SkippedRecord]:
+def numbered_json(
+    path: Path, start: int = 0, stop: int | None = None, lineno: int = 0,
+    last: list[int] | None = None,
+) -> Iterator[tuple[int, Any] | SkippedRecord]:
     """Each non-blank line of ``path`` parsed (see :func:`loads`) and numbered from 1, or the
     :class:`SkippedRecord` saying why that line was not, in file order.
 
     A line that does not parse is skipped (a last line without its newline as ``truncated
-    line``: a process killed mid-write) and the walk goes on.
+    line``: a process killed mid-write) and the walk goes on. ``start``/``stop`` read only the
+    bytes between (``start`` at a line start, after line ``lineno``), as if the file ended at
+    ``stop``; ``last[0]``, if given, follows the number of the last line read (blank or not).
     """
     parse = loads()
     bad: list[SkippedRecord] = []
-    for lineno, raw in _raw_lines(path, bad):
+    for number, raw in _raw_lines(path, bad, start, stop, lineno):
+        if last is not None:
+            last[0] = number
         yield from bad
         bad.clear()
         if not raw.strip():
             continue
         try:
-            yield lineno, parse(raw)
+            yield number, parse(raw)
         except RecursionError:
-            yield SkippedRecord(str(path), lineno, "not JSON (nested too deep)")
+            yield SkippedRecord(str(path), number, "not JSON (nested too deep)")
         except ValueError as exc:  # JSONDecodeError, orjson's error and UnicodeDecodeError
             what = "truncated line" if not raw.endswith(b"\n") else "not JSON"
-            yield SkippedRecord(str(path), lineno, f"{what} ({str(exc)[:200]})")
+            yield SkippedRecord(str(path), number, f"{what} ({str(exc)[:200]})")
     yield from bad
+
+
+def last_line_end(path: Path, start: int, stop: int) -> int:
+    """Offset just after the last newline in bytes [start, stop) of ``path``, or ``start`` if
+    there is none: what lies beyond may be a line still being written."""
+    pos = stop
+    with path.open("rb") as handle:
+        while pos > start:
+            size = min(_SKIP_CHUNK, pos - start)
+            handle.seek(pos - size)
+            newline = handle.read(size).rfind(b"\n")
+            if newline >= 0:
+                return pos - size + newline + 1
+            pos -= size
+    return start
 
 
 def json_lines(path: Path, skipped: list[SkippedRecord]) -> Iterator[tuple[int, Any]]:

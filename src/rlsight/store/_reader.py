@@ -145,19 +145,17 @@ def attribute_values(raws: list[Any]) -> list[AttributeValue | None]:
     present = [r for r in raws if r is not None]
     if not present:
         return [None] * len(raws)
-    kinds = set(map(_single_kind, present))
-    if kinds == {"stringValue"}:
-        strings = [r["stringValue"] for r in present]
-        if set(map(type, strings)) == {str}:
-            return _spread(raws, strings)
-    elif kinds == {"intValue"}:
-        return _spread(raws, int64s([r["intValue"] for r in present]))
+    try:
+        strings = [r.get("stringValue") for r in present]
+    except AttributeError:  # not a mapping: attribute_value says what is wrong
+        return [attribute_value(r) for r in raws]
+    if set(map(type, strings)) == {str}:  # _value reads stringValue first, whatever else is there
+        return _spread(raws, strings)
+    if set(map(len, present)) == {1}:
+        ints = [r.get("intValue") for r in present]
+        if None not in ints:
+            return _spread(raws, int64s(ints))
     return [attribute_value(r) for r in raws]
-
-
-def _single_kind(raw: Any) -> str | None:
-    """The key of an AnyValue mapping with exactly one key; None for anything else."""
-    return next(iter(raw)) if type(raw) is dict and len(raw) == 1 else None
 
 
 def _spread(raws: list[Any], values: list[Any]) -> list[Any]:

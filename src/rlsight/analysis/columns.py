@@ -51,6 +51,7 @@ __all__ = [
     "NO_STEP",
     "ColumnBuilder",
     "SpanColumns",
+    "concat_columns",
     "span_columns_from_records",
     "span_columns_from_rows",
 ]
@@ -376,3 +377,49 @@ def span_columns_from_rows(rows: list[Row], resources: Sequence[Mapping[str, Att
         builder._add(_project(trace, sid, pid, name, start, end, status, resource, attrs, raw=False),
                      processes)
     return builder.finish()
+
+
+def _renumbered(values: NDArray[np.int64], keys: list[str], into: dict[str, int]) -> NDArray[np.int64]:
+    """Re-intern ``keys`` into ``into`` (extending it) and renumber ``values`` to match."""
+    mapping = np.asarray([into.setdefault(k, len(into)) for k in keys] or [0], dtype=np.int64)
+    return mapping[values] if len(values) else values
+
+
+def concat_columns(parts: Sequence[SpanColumns]) -> SpanColumns:
+    """The spans of ``parts`` one after the other, names, groups, traces and processes
+    re-interned (a process keeps the resource of its first part)."""
+    if len(parts) <= 1:
+        return parts[0] if parts else ColumnBuilder().finish()
+    names: dict[str, int] = {}
+    groups: dict[str, int] = {"": 0}
+    traces: dict[str, int] = {}
+    processes: dict[str, int] = {}
+    resources: list[Mapping[str, AttributeValue]] = []
+    kept: dict[int, Mapping[str, AttributeValue]] = {}
+    trace, name, group, process = [], [], [], []
+    offset = 0
+    for p in parts:
+        for key, resource in zip(p.process_keys, p.resources, strict=True):
+            if key not in processes:
+                processes[key] = len(resources)
+                resources.append(resource)
+        trace.append(_renumbered(p.trace, p.traces, traces))
+        name.append(_renumbered(p.name, p.names, names))
+        group.append(_renumbered(p.group, p.groups, groups))
+        process.append(_renumbered(p.process, p.process_keys, processes))
+        kept.update({offset + i: v for i, v in p.kept_attributes.items()})
+        offset += len(p)
+
+    def cat(column: str) -> Any:
+        return np.concatenate([getattr(p, column) for p in parts])
+
+    return SpanColumns(
+        start=cat("start"), end=cat("end"), trace=np.concatenate(trace),
+        span_id=cat("span_id"), parent_id=cat("parent_id"), name=np.concatenate(name),
+        group=np.concatenate(group), bucket=cat("bucket"), concurrent=cat("concurrent"),
+        process=np.concatenate(process), thread=cat("thread"), step_no=cat("step_no"),
+        batch_size=cat("batch_size"), prompts=cat("prompts"), status=cat("status"),
+        names=list(names), groups=list(groups), traces=list(traces), resources=resources,
+        process_keys=list(processes), kept_attributes=kept,
+        invalid_buckets=sum(p.invalid_buckets for p in parts),
+    )

@@ -12,7 +12,9 @@ int64 range OTLP gives them before they reach a fixed-width column.
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -21,6 +23,7 @@ from rlsight.store._schema import SkippedRecord
 __all__ = [
     "MAX_LINE_BYTES",
     "PARSE_ERRORS",
+    "LineCursor",
     "int64",
     "int64s",
     "json_lines",
@@ -87,11 +90,22 @@ def loads() -> Callable[[bytes], Any]:
     return orjson.loads
 
 
+@dataclass(slots=True)
+class LineCursor:
+    """Where a bounded read of a file stands: the last line number read (blank or not) and,
+    when ``crc`` starts as an int, the CRC-32 of every byte read, continued from it."""
+
+    line: int = 0
+    crc: int | None = None
+
+
 def _raw_lines(
-    path: Path, skipped: list[SkippedRecord], start: int = 0, stop: int | None = None, lineno: int = 0,
+    path: Path, skipped: list[SkippedRecord], start: int = 0, stop: int | None = None,
+    cursor: LineCursor | None = None,
 ) -> Iterator[tuple[int, bytes]]:
-    """The lines of ``path`` from byte ``start`` (a line start, after line ``lineno``) up to
-    byte ``stop`` (default: the end), each with its number."""
+    """The lines of ``path`` from byte ``start`` (a line start, after line ``cursor.line``) up
+    to byte ``stop`` (default: the end), each with its number."""
+    cursor = cursor or LineCursor()
     try:
         handle = path.open("rb")
     except OSError as exc:
@@ -103,9 +117,12 @@ def _raw_lines(
     def read(size: int) -> bytes:
         nonlocal left
         if left < 0:
-            return handle.readline(size)
-        raw = handle.readline(min(size, left))
-        left -= len(raw)
+            raw = handle.readline(size)
+        else:
+            raw = handle.readline(min(size, left))
+            left -= len(raw)
+        if cursor.crc is not None:
+            cursor.crc = zlib.crc32(raw, cursor.crc)
         return raw
 
     with handle:
@@ -115,7 +132,8 @@ def _raw_lines(
             raw = read(limit + 1)
             if not raw:
                 return
-            lineno += 1
+            cursor.line += 1
+            lineno = cursor.line
             if len(raw) > limit:
                 # Skip the rest of the line without holding it: a runaway writer's file must
                 # not take the reader's memory with it.
@@ -133,22 +151,19 @@ def _raw_lines(
 
 
 def numbered_json(
-    path: Path, start: int = 0, stop: int | None = None, lineno: int = 0,
-    last: list[int] | None = None,
+    path: Path, start: int = 0, stop: int | None = None, cursor: LineCursor | None = None,
 ) -> Iterator[tuple[int, Any] | SkippedRecord]:
     """Each non-blank line of ``path`` parsed (see :func:`loads`) and numbered from 1, or the
     :class:`SkippedRecord` saying why that line was not, in file order.
 
     A line that does not parse is skipped (a last line without its newline as ``truncated
     line``: a process killed mid-write) and the walk goes on. ``start``/``stop`` read only the
-    bytes between (``start`` at a line start, after line ``lineno``), as if the file ended at
-    ``stop``; ``last[0]``, if given, follows the number of the last line read (blank or not).
+    bytes between (``start`` at a line start, after line ``cursor.line``), as if the file
+    ended at ``stop``; ``cursor`` follows the read (see :class:`LineCursor`).
     """
     parse = loads()
     bad: list[SkippedRecord] = []
-    for number, raw in _raw_lines(path, bad, start, stop, lineno):
-        if last is not None:
-            last[0] = number
+    for number, raw in _raw_lines(path, bad, start, stop, cursor):
         yield from bad
         bad.clear()
         if not raw.strip():

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rlsight.errors import StoreError
-from rlsight.store._lines import PARSE_ERRORS, int64, int64s, json_lines, numbered_json
+from rlsight.store._lines import PARSE_ERRORS, LineCursor, int64, int64s, json_lines, numbered_json
 from rlsight.store._manifest import SUPPORTED_STORE_FORMATS, read_manifest
 from rlsight.store._schema import AttributeValue, SkippedRecord, SpanRecord
 
@@ -35,6 +35,7 @@ __all__ = [
     "attribute_value",
     "attribute_values",
     "decode_attributes",
+    "file_span_batches",
     "not_otlp",
     "read_metrics",
     "read_spans",
@@ -264,16 +265,24 @@ def span_batches(paths: Iterable[Path]) -> Iterator[SpanBatch | SkippedRecord]:
     """Every traces request in ``paths`` walked once, or the record of why its line was
     skipped, in file and line order. A request is read whole or skipped whole."""
     for path in paths:
-        name = str(path)
-        for item in numbered_json(path):
-            if isinstance(item, SkippedRecord):
-                yield item
-                continue
-            lineno, request = item
-            try:
-                yield _walk_spans(request, name, lineno)
-            except PARSE_ERRORS as exc:
-                yield not_otlp(name, lineno, exc)
+        yield from file_span_batches(path)
+
+
+def file_span_batches(
+    path: Path, start: int = 0, stop: int | None = None, cursor: LineCursor | None = None,
+) -> Iterator[SpanBatch | SkippedRecord]:
+    """:func:`span_batches` of one file, optionally of its bytes [start, stop) only (see
+    :func:`rlsight.store._lines.numbered_json`)."""
+    name = str(path)
+    for item in numbered_json(path, start, stop, cursor):
+        if isinstance(item, SkippedRecord):
+            yield item
+            continue
+        number, request = item
+        try:
+            yield _walk_spans(request, name, number)
+        except PARSE_ERRORS as exc:
+            yield not_otlp(name, number, exc)
 
 
 def not_otlp(path: str, line: int, exc: BaseException) -> SkippedRecord:

@@ -45,7 +45,8 @@ CACHE_DIR: Final = Path(".rlsight-cache") / "columns"
 #: A file last written this long before its entry was made is trusted by its stat alone.
 SETTLED_NS: Final = 2_000_000_000
 _ARRAYS: Final = ("start", "end", "trace", "span_id", "parent_id", "name", "group", "bucket",
-                  "concurrent", "process", "thread", "step_no", "batch_size", "prompts", "status")
+                  "concurrent", "process", "thread", "step_no", "batch_size", "prompts", "status",
+                  "source_file", "source_line", "source_slot")
 _FINGERPRINT: list[str] = []
 
 
@@ -131,6 +132,7 @@ def load_entry(run_dir: Path, trace_file: Path) -> CachedFile | None:
             **arrays, names=meta["names"], groups=meta["groups"], traces=meta["traces"],
             resources=[_attrs(r) for r in meta["resources"]], process_keys=meta["process_keys"],
             kept_attributes={int(i): _attrs(a) for i, a in meta["kept"]},
+            source_files=[str(trace_file)] * bool(len(arrays["start"])),
             invalid_buckets=int(meta["invalid_buckets"]),
         )
         skipped = [SkippedRecord(str(trace_file), int(line), str(reason)) for line, reason in meta["skipped"]]

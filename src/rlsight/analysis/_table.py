@@ -116,6 +116,8 @@ def _reorder(cols: SpanColumns, order: I64) -> SpanColumns:
         process_keys=cols.process_keys,
         kept_attributes={int(inverse[i]): a for i, a in cols.kept_attributes.items()
                          if inverse[i] >= 0},
+        source_file=cols.source_file[order], source_line=cols.source_line[order],
+        source_slot=cols.source_slot[order], source_files=cols.source_files,
         invalid_buckets=cols.invalid_buckets,
     )
 

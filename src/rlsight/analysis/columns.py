@@ -99,6 +99,12 @@ class SpanColumns:
     process_keys: list[str]
     """``service.instance.id`` of each process (or a host/service/pid stand-in)."""
     kept_attributes: dict[int, Mapping[str, AttributeValue]]
+    source_file: NDArray[np.int32]
+    """Where each span was read: index into :attr:`source_files` (-1: not read from a file)..."""
+    source_line: NDArray[np.int32]
+    """...the line number in that file, and the span's position among the line's spans."""
+    source_slot: NDArray[np.int32]
+    source_files: list[str]
     invalid_buckets: int = 0
 
     def __len__(self) -> int:
@@ -240,6 +246,10 @@ class ColumnBuilder:
     processes: dict[str, int] = field(default_factory=dict)
     resources: list[Mapping[str, AttributeValue]] = field(default_factory=list)
     kept: dict[int, Mapping[str, AttributeValue]] = field(default_factory=dict)
+    source_file: array[int] = field(default_factory=lambda: array("i"))
+    source_line: array[int] = field(default_factory=lambda: array("i"))
+    source_slot: array[int] = field(default_factory=lambda: array("i"))
+    files: dict[str, int] = field(default_factory=dict)
 
     def add_process(self, resource: Mapping[str, AttributeValue]) -> int:
         key = _process_key(resource)
@@ -259,6 +269,10 @@ class ColumnBuilder:
             batch.trace_id, batch.span_id, batch.parent_span_id, batch.name, batch.start_ns,
             batch.end_ns, batch.status_code, batch.resource, batch.attributes, raw=True)
         self._add(projected, [self.add_process(r) for r in batch.resources])
+        n = len(batch)
+        self.source_file.extend([self.files.setdefault(batch.path, len(self.files))] * n)
+        self.source_line.extend([batch.line] * n)
+        self.source_slot.extend(range(n))
 
     def _add(self, batch: _Batch, processes: list[int]) -> None:
         """Append a projected batch; ``processes`` maps its resource numbers to processes."""
@@ -283,10 +297,17 @@ class ColumnBuilder:
         for i, attrs in batch.kept:
             self.kept[first + i] = attrs
 
+    def _no_source(self) -> None:
+        """Mark the spans added so far beyond the located ones as read from no file."""
+        missing = len(self.start) - len(self.source_file)
+        for column in (self.source_file, self.source_line, self.source_slot):
+            column.extend([-1] * missing)
+
     def finish(self) -> SpanColumns:
         def ids(parts: list[NDArray[np.uint64]]) -> NDArray[np.uint64]:
             return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
 
+        self._no_source()
         bucket = np.frombuffer(self.bucket, dtype=np.int8).copy()
         invalid = bucket == -2
         bucket[invalid] = -1
@@ -313,6 +334,10 @@ class ColumnBuilder:
             resources=self.resources,
             process_keys=list(self.processes),
             kept_attributes=self.kept,
+            source_file=np.frombuffer(self.source_file, dtype=np.int32).copy(),
+            source_line=np.frombuffer(self.source_line, dtype=np.int32).copy(),
+            source_slot=np.frombuffer(self.source_slot, dtype=np.int32).copy(),
+            source_files=list(self.files),
             invalid_buckets=int(invalid.sum()),
         )
 
@@ -396,7 +421,8 @@ def concat_columns(parts: Sequence[SpanColumns]) -> SpanColumns:
     processes: dict[str, int] = {}
     resources: list[Mapping[str, AttributeValue]] = []
     kept: dict[int, Mapping[str, AttributeValue]] = {}
-    trace, name, group, process = [], [], [], []
+    files: dict[str, int] = {}
+    trace, name, group, process, source = [], [], [], [], []
     offset = 0
     for p in parts:
         for key, resource in zip(p.process_keys, p.resources, strict=True):
@@ -407,6 +433,8 @@ def concat_columns(parts: Sequence[SpanColumns]) -> SpanColumns:
         name.append(_renumbered(p.name, p.names, names))
         group.append(_renumbered(p.group, p.groups, groups))
         process.append(_renumbered(p.process, p.process_keys, processes))
+        mapping = np.asarray([files.setdefault(f, len(files)) for f in p.source_files] + [-1], dtype=np.int32)
+        source.append(mapping[p.source_file])  # -1 picks the last entry: -1
         kept.update({offset + i: v for i, v in p.kept_attributes.items()})
         offset += len(p)
 
@@ -421,5 +449,7 @@ def concat_columns(parts: Sequence[SpanColumns]) -> SpanColumns:
         batch_size=cat("batch_size"), prompts=cat("prompts"), status=cat("status"),
         names=list(names), groups=list(groups), traces=list(traces), resources=resources,
         process_keys=list(processes), kept_attributes=kept,
+        source_file=np.concatenate(source), source_line=cat("source_line"),
+        source_slot=cat("source_slot"), source_files=list(files),
         invalid_buckets=sum(p.invalid_buckets for p in parts),
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -152,6 +152,7 @@ def _raw_lines(
 
 def numbered_json(
     path: Path, start: int = 0, stop: int | None = None, cursor: LineCursor | None = None,
+    only: Container[int] | None = None,
 ) -> Iterator[tuple[int, Any] | SkippedRecord]:
     """Each non-blank line of ``path`` parsed (see :func:`loads`) and numbered from 1, or the
     :class:`SkippedRecord` saying why that line was not, in file order.
@@ -159,14 +160,15 @@ def numbered_json(
     A line that does not parse is skipped (a last line without its newline as ``truncated
     line``: a process killed mid-write) and the walk goes on. ``start``/``stop`` read only the
     bytes between (``start`` at a line start, after line ``cursor.line``), as if the file
-    ended at ``stop``; ``cursor`` follows the read (see :class:`LineCursor`).
+    ended at ``stop``; ``cursor`` follows the read (see :class:`LineCursor`). With ``only``,
+    lines whose number is not in it are passed over unparsed.
     """
     parse = loads()
     bad: list[SkippedRecord] = []
     for number, raw in _raw_lines(path, bad, start, stop, cursor):
         yield from bad
         bad.clear()
-        if not raw.strip():
+        if not raw.strip() or (only is not None and number not in only):
             continue
         try:
             yield number, parse(raw)

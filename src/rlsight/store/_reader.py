@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ __all__ = [
     "read_metrics",
     "read_spans",
     "span_batches",
+    "span_records",
     "trace_files",
 ]
 
@@ -270,11 +271,12 @@ def span_batches(paths: Iterable[Path]) -> Iterator[SpanBatch | SkippedRecord]:
 
 def file_span_batches(
     path: Path, start: int = 0, stop: int | None = None, cursor: LineCursor | None = None,
+    only: Container[int] | None = None,
 ) -> Iterator[SpanBatch | SkippedRecord]:
-    """:func:`span_batches` of one file, optionally of its bytes [start, stop) only (see
-    :func:`rlsight.store._lines.numbered_json`)."""
+    """:func:`span_batches` of one file, optionally of its bytes [start, stop) or of some
+    lines only (see :func:`rlsight.store._lines.numbered_json`)."""
     name = str(path)
-    for item in numbered_json(path, start, stop, cursor):
+    for item in numbered_json(path, start, stop, cursor, only):
         if isinstance(item, SkippedRecord):
             yield item
             continue
@@ -290,7 +292,7 @@ def not_otlp(path: str, line: int, exc: BaseException) -> SkippedRecord:
     return SkippedRecord(path, line, f"not an OTLP traces request ({exc!r})")
 
 
-def _span_records(batch: SpanBatch) -> list[SpanRecord]:
+def span_records(batch: SpanBatch) -> list[SpanRecord]:
     """One :class:`SpanRecord` per span of ``batch``; raises if an attribute is not OTLP."""
     resources = batch.resources
     return [
@@ -318,7 +320,7 @@ def read_spans(run_dir: Path | str) -> SpanReadResult:
             skipped.append(item)
             continue
         try:
-            spans += _span_records(item)
+            spans += span_records(item)
         except PARSE_ERRORS as exc:
             skipped.append(not_otlp(item.path, item.line, exc))
     return SpanReadResult(spans, skipped, len(files))

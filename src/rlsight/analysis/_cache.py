@@ -2,7 +2,7 @@
 
 Reading a run is parsing and walking its OTLP/JSON (seconds per million spans); loading the
 columns it projects to is a few milliseconds per file. So the first read of a run writes, per
-trace file, the columns of its complete lines to ``<run_dir>/.rlsight-cache/columns/<file>.npz``
+trace file, the columns of its complete lines to ``<run_dir>/.rlsight-cache/columns/<file>.cols``
 and later reads use them, reading from the JSON only what was appended since.
 
 An entry is never trusted blindly; it holds the file's identity (device, inode), the byte
@@ -17,13 +17,14 @@ read, and a fingerprint of the code that projected it. A read uses an entry when
   still matches (a live run's file grows): only the bytes after them are parsed.
 
 Anything else (another file under the same name, a rewrite, a shorter file, an entry from
-other code, an unreadable entry) reads the file from the start. Entries are written with
-numpy's ``.npz`` and JSON, never pickle, so a run folder from elsewhere cannot run code here;
-a folder that cannot be written to simply gets no cache.
+other code, an unreadable entry) reads the file from the start. Entries hold raw column bytes
+and JSON, never pickle, so a run folder from elsewhere cannot run code here; a folder that
+cannot be written to simply gets no cache.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -48,6 +49,10 @@ _ARRAYS: Final = ("start", "end", "trace", "span_id", "parent_id", "name", "grou
                   "concurrent", "process", "thread", "step_no", "batch_size", "prompts", "status",
                   "source_file", "source_line", "source_slot")
 _FINGERPRINT: list[str] = []
+#: An entry file: this magic, the header's length (8 bytes, little-endian), the JSON header
+#: (the metadata, and each column's dtype, offset and length), then the columns' raw bytes.
+_MAGIC: Final = b"rlsight-columns\n"
+_HEAD: Final = len(_MAGIC) + 8
 
 
 def fingerprint() -> str:
@@ -88,7 +93,7 @@ def stat_key(st: os.stat_result) -> tuple[int, int, int, int, int]:
 
 
 def entry_path(run_dir: Path, trace_file: Path) -> Path:
-    return run_dir / CACHE_DIR / f"{trace_file.name}.npz"
+    return run_dir / CACHE_DIR / f"{trace_file.name}.cols"
 
 
 def crc_of(path: Path, length: int) -> int | None:
@@ -118,18 +123,23 @@ def _attrs(raw: dict[str, Any]) -> dict[str, Any]:
 
 def load_entry(run_dir: Path, trace_file: Path) -> CachedFile | None:
     """The entry of ``trace_file`` written by this code, or None (missing, foreign, unreadable)."""
-    path = entry_path(run_dir, trace_file)
     try:
-        with np.load(path, allow_pickle=False) as data:
-            meta = json.loads(bytes(data["meta"]))
-            if meta.get("fingerprint") != fingerprint() or meta.get("file") != trace_file.name:
+        data = np.fromfile(entry_path(run_dir, trace_file), dtype=np.uint8)
+        if bytes(data[:len(_MAGIC)]) != _MAGIC:
+            return None
+        size = int(data[len(_MAGIC):_HEAD].view("<u8")[0])
+        header = json.loads(bytes(data[_HEAD:_HEAD + size]))
+        meta = header["meta"]
+        if meta.get("fingerprint") != fingerprint() or meta.get("file") != trace_file.name:
+            return None
+        arrays = {}
+        for name, dtype, offset, nbytes in header["arrays"]:
+            if offset + nbytes > len(data):
                 return None
-            arrays = {name: data[name] for name in _ARRAYS}
-    except (OSError, ValueError, KeyError, TypeError, EOFError, json.JSONDecodeError):
-        return None
-    try:
+            arrays[name] = data[offset:offset + nbytes].view(np.dtype(dtype))
         cols = SpanColumns(
-            **arrays, names=meta["names"], groups=meta["groups"], traces=meta["traces"],
+            **{name: arrays[name] for name in _ARRAYS},
+            names=meta["names"], groups=meta["groups"], traces=meta["traces"],
             resources=[_attrs(r) for r in meta["resources"]], process_keys=meta["process_keys"],
             kept_attributes={int(i): _attrs(a) for i, a in meta["kept"]},
             source_files=[str(trace_file)] * bool(len(arrays["start"])),
@@ -138,8 +148,8 @@ def load_entry(run_dir: Path, trace_file: Path) -> CachedFile | None:
         skipped = [SkippedRecord(str(trace_file), int(line), str(reason)) for line, reason in meta["skipped"]]
         return CachedFile(cols, skipped, int(meta["covered"]), int(meta["lines"]), int(meta["crc"]),
                           tuple(meta["stat"]), bool(meta["settled"]))
-    except (KeyError, TypeError, ValueError):
-        return None
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return None  # JSONDecodeError and UnicodeDecodeError are ValueErrors
 
 
 def save_entry(run_dir: Path, trace_file: Path, entry: CachedFile) -> None:
@@ -153,17 +163,35 @@ def save_entry(run_dir: Path, trace_file: Path, entry: CachedFile) -> None:
         "kept": sorted(cols.kept_attributes.items()), "invalid_buckets": cols.invalid_buckets,
         "skipped": [(s.line, s.reason) for s in entry.skipped],
     }
+    blobs = [np.ascontiguousarray(getattr(cols, name)) for name in _ARRAYS]
+    layout: list[list[Any]] = []
+    offset = 0
+    for name, blob in zip(_ARRAYS, blobs, strict=True):
+        layout.append([name, blob.dtype.str, offset, blob.nbytes])
+        offset += -(-blob.nbytes // 8) * 8
     path = entry_path(run_dir, trace_file)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
+        # Offsets in the header are from the file's start, which depends on the header's own
+        # length: fix them up once that is known (8-aligned, so every column views in place).
+        text = json.dumps({"meta": meta, "arrays": layout}, default=str).encode()
+        start = -(-(_HEAD + len(text) + 32) // 8) * 8
+        for item in layout:
+            item[2] += start
+        text = json.dumps({"meta": meta, "arrays": layout}, default=str).encode()
+        if _HEAD + len(text) > start:
+            return
         path.parent.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(meta, default=str).encode()
         with tmp.open("wb") as handle:
-            np.savez(handle, meta=np.frombuffer(text, dtype=np.uint8),
-                     **{name: getattr(cols, name) for name in _ARRAYS})
+            handle.write(_MAGIC + len(text).to_bytes(8, "little") + text)
+            handle.write(b"\0" * (start - _HEAD - len(text)))
+            for blob in blobs:
+                handle.write(blob.tobytes())
+                handle.write(b"\0" * (-blob.nbytes % 8))
         os.replace(tmp, path)
     except (OSError, ValueError, TypeError):
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
 
 
 def settled(st: os.stat_result) -> bool:

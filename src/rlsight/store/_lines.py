@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Callable, Container, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -152,7 +152,7 @@ def _raw_lines(
 
 def numbered_json(
     path: Path, start: int = 0, stop: int | None = None, cursor: LineCursor | None = None,
-    only: Container[int] | None = None,
+    only: Collection[int] | None = None,
 ) -> Iterator[tuple[int, Any] | SkippedRecord]:
     """Each non-blank line of ``path`` parsed (see :func:`loads`) and numbered from 1, or the
     :class:`SkippedRecord` saying why that line was not, in file order.
@@ -161,13 +161,17 @@ def numbered_json(
     line``: a process killed mid-write) and the walk goes on. ``start``/``stop`` read only the
     bytes between (``start`` at a line start, after line ``cursor.line``), as if the file
     ended at ``stop``; ``cursor`` follows the read (see :class:`LineCursor`). With ``only``,
-    lines whose number is not in it are passed over unparsed.
+    lines whose number is not in it are passed over unparsed, and the read stops after the
+    last of them.
     """
     parse = loads()
     bad: list[SkippedRecord] = []
+    last = max(only, default=0) if only is not None else None
     for number, raw in _raw_lines(path, bad, start, stop, cursor):
         yield from bad
         bad.clear()
+        if last is not None and number > last:
+            return
         if not raw.strip() or (only is not None and number not in only):
             continue
         try:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -271,7 +271,7 @@ def span_batches(paths: Iterable[Path]) -> Iterator[SpanBatch | SkippedRecord]:
 
 def file_span_batches(
     path: Path, start: int = 0, stop: int | None = None, cursor: LineCursor | None = None,
-    only: Container[int] | None = None,
+    only: Collection[int] | None = None,
 ) -> Iterator[SpanBatch | SkippedRecord]:
     """:func:`span_batches` of one file, optionally of its bytes [start, stop) or of some
     lines only (see :func:`rlsight.store._lines.numbered_json`)."""
@@ -293,16 +293,23 @@ def not_otlp(path: str, line: int, exc: BaseException) -> SkippedRecord:
 
 
 def span_records(batch: SpanBatch) -> list[SpanRecord]:
-    """One :class:`SpanRecord` per span of ``batch``; raises if an attribute is not OTLP."""
+    """One :class:`SpanRecord` per span of ``batch``; raises if an attribute is not OTLP.
+
+    Attributes are decoded a key at a time over the batch (:func:`attribute_values`), each
+    record keeping its span's own key order.
+    """
+    attrs = batch.attributes
+    decoded = {key: attribute_values([a.get(key) for a in attrs])
+               for key in dict.fromkeys(k for a in attrs for k in a)}
     resources = batch.resources
     return [
         SpanRecord(trace_id=t, span_id=s, parent_span_id=p or None, name=n, start_ns=a, end_ns=b,
-                   attributes=decode_attributes(attrs), resource=resources[r], status_code=c,
-                   status_message=m, kind=k)
-        for t, s, p, n, a, b, attrs, r, c, m, k in zip(
+                   attributes={k: v for k in raw if (v := decoded[k][i]) is not None},
+                   resource=resources[r], status_code=c, status_message=m, kind=kind)
+        for i, (t, s, p, n, a, b, raw, r, c, m, kind) in enumerate(zip(
             batch.trace_id, batch.span_id, batch.parent_span_id, batch.name, batch.start_ns,
-            batch.end_ns, batch.attributes, batch.resource, batch.status_code,
-            batch.status_message, batch.kind, strict=True)
+            batch.end_ns, attrs, batch.resource, batch.status_code, batch.status_message,
+            batch.kind, strict=True))
     ]
 
 

@@ -69,6 +69,7 @@ class StepRollupProcessor(SpanProcessor):
         # machine). Imported here, at setup, that cost lands in the run's startup; imported on
         # the first step's end it would sit between steps 1 and 2 (and trip a stall watchdog).
         # ``import rlsight`` itself stays light: only a driver's setup pays it.
+        import rlsight.analysis.online  # noqa: F401  (imports the columns too)
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         sid = span.context.span_id

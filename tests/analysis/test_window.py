@@ -84,3 +84,17 @@ def test_a_line_whose_unread_attribute_is_not_otlp_is_skipped_as_read_spans_skip
     assert {(s.trace_id, s.span_id) for s in window.spans} == {
         (s.trace_id, s.span_id) for s in reference.spans}
     assert len(window.skipped) == 1 and str(bad + 1) == str(window.skipped[0].line)
+
+
+@pytest.mark.parametrize("worker", ["starts", "cannot start"])
+def test_a_window_read_again_by_two_processes_is_the_same(
+        run_dir: Path, worker: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from rlsight.analysis import window
+
+    monkeypatch.setattr(window, "_PARALLEL_MIN_SPANS", 0)
+    monkeypatch.setattr(window, "usable_cpus", lambda: 2)
+    if worker == "cannot start":
+        monkeypatch.setattr("sys.executable", str(tmp_path / "no-such-python"))
+    expected, _ = _reference(run_dir, None, None)
+    key = lambda s: (s.trace_id, s.span_id)  # noqa: E731
+    assert sorted(window_spans(run_dir).spans, key=key) == sorted(expected, key=key)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from rlsight.analysis import _cache
 from rlsight.analysis.columns import ColumnBuilder, SpanColumns, concat_columns
@@ -28,7 +28,10 @@ from rlsight.store._lines import PARSE_ERRORS, LineCursor, last_line_end
 from rlsight.store._reader import file_span_batches, not_otlp, trace_files
 from rlsight.store._schema import SkippedRecord
 
-__all__ = ["PARALLEL_MIN_BYTES", "read_span_columns"]
+__all__ = [
+    "PARALLEL_MIN_BYTES", "collect_worker", "gc_paused", "half_way", "read_span_columns", "start_worker",
+    "usable_cpus",
+]
 
 #: Reads of more than this many bytes of JSON use a second process when two CPUs are available.
 PARALLEL_MIN_BYTES: Final = 32 * 2**20
@@ -95,7 +98,7 @@ def _run_job(job: _Job) -> _Parsed:
 
 def _run_jobs(jobs: Sequence[_Job], progress: Callable[[int], None] | None = None) -> list[_Parsed]:
     out = []
-    with _gc_paused():
+    with gc_paused():
         for job in jobs:
             out.append(_run_job(job))
             if progress is not None:
@@ -193,14 +196,14 @@ def _parse(
             progress(done[0], total)
 
     if workers is None:
-        workers = 2 if total > PARALLEL_MIN_BYTES and _usable_cpus() > 1 else 1
+        workers = 2 if total > PARALLEL_MIN_BYTES and usable_cpus() > 1 else 1
     if workers > 1 and len(jobs) > 1:
-        cut = _half_way([job.stop - job.start for job in jobs])
-        worker = _start_worker(jobs[cut:])
+        cut = half_way([job.stop - job.start for job in jobs])
+        worker = start_worker(_run_jobs, jobs[cut:])
         if worker is not None:
             first = _run_jobs(jobs[:cut], advance)
-            second = _collect_worker(worker)
-            if second is None or len(second) != len(jobs) - cut:  # the worker failed
+            second = collect_worker(worker)
+            if not isinstance(second, list) or len(second) != len(jobs) - cut:  # the worker failed
                 second = _run_jobs(jobs[cut:], advance)
             else:
                 advance(sum(job.stop - job.start for job in jobs[cut:]))
@@ -208,8 +211,9 @@ def _parse(
     return dict(zip(jobs, _run_jobs(jobs, advance), strict=True))
 
 
-def _start_worker(jobs: list[_Job]) -> subprocess.Popen[bytes] | None:
-    """Start a Python process that runs ``jobs`` and pickles the results to its stdout.
+def start_worker(task: Callable[[Any], Any], payload: Any) -> subprocess.Popen[bytes] | None:
+    """Start a Python process that runs ``task(payload)`` (``task`` a module-level function,
+    pickled by name) and pickles the result to its stdout.
 
     A plain subprocess rather than ``multiprocessing``: spawning through multiprocessing
     re-imports the caller's ``__main__``, which breaks scripts without a main guard, and
@@ -227,15 +231,15 @@ def _start_worker(jobs: list[_Job]) -> subprocess.Popen[bytes] | None:
         return None  # no process to be had here (sandbox, limits): the caller reads serially
     assert worker.stdin is not None
     try:
-        worker.stdin.write(pickle.dumps(jobs, protocol=pickle.HIGHEST_PROTOCOL))
+        worker.stdin.write(pickle.dumps((task, payload), protocol=pickle.HIGHEST_PROTOCOL))
         worker.stdin.close()
     except OSError:
         pass  # it died already: collecting it says so
     return worker
 
 
-def _collect_worker(worker: subprocess.Popen[bytes]) -> list[_Parsed] | None:
-    """The worker's results, or ``None`` if it failed."""
+def collect_worker(worker: subprocess.Popen[bytes]) -> Any:
+    """The worker's result, or ``None`` if it failed."""
     assert worker.stdout is not None
     try:
         payload = worker.stdout.read()
@@ -248,24 +252,24 @@ def _collect_worker(worker: subprocess.Popen[bytes]) -> list[_Parsed] | None:
         result = pickle.loads(payload)  # our own child process wrote it
     except (pickle.UnpicklingError, EOFError, AttributeError, ImportError):
         return None
-    return result if isinstance(result, list) else None
+    return result
 
 
 def _worker_main() -> None:
-    """Entry point of the reader process: pickled jobs on stdin, pickled results on stdout."""
-    jobs = pickle.loads(sys.stdin.buffer.read())  # our own parent process wrote it
-    sys.stdout.buffer.write(pickle.dumps(_run_jobs(jobs), protocol=pickle.HIGHEST_PROTOCOL))
+    """Entry point of the worker process: a pickled task on stdin, its pickled result on stdout."""
+    task, payload = pickle.loads(sys.stdin.buffer.read())  # our own parent process wrote it
+    sys.stdout.buffer.write(pickle.dumps(task(payload), protocol=pickle.HIGHEST_PROTOCOL))
     sys.stdout.buffer.flush()
 
 
-def _usable_cpus() -> int:
+def usable_cpus() -> int:
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
 
 
-def _half_way(sizes: list[int]) -> int:
+def half_way(sizes: list[int]) -> int:
     """Index that cuts ``sizes`` into two contiguous parts of about equal sum (both non-empty)."""
     total, running = sum(sizes), 0
     for i, size in enumerate(sizes):
@@ -276,7 +280,7 @@ def _half_way(sizes: list[int]) -> int:
 
 
 @contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector for a bulk read.
 
     Parsing allocates millions of short-lived dicts that reference counting frees; the cyclic

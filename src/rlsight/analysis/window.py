@@ -13,17 +13,28 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 import numpy as np
 
 from rlsight._semconv import STEP_SPAN
-from rlsight.analysis._read import read_span_columns
+from rlsight.analysis._read import (
+    collect_worker,
+    gc_paused,
+    half_way,
+    read_span_columns,
+    start_worker,
+    usable_cpus,
+)
 from rlsight.analysis.columns import NO_STEP
 from rlsight.store._lines import PARSE_ERRORS
 from rlsight.store._reader import file_span_batches, not_otlp, span_records
 from rlsight.store._schema import SkippedRecord, SpanRecord
 
 __all__ = ["NoStepInRange", "SpanWindow", "window_spans"]
+
+#: Windows of more spans than this are read again by two processes when two CPUs are there.
+_PARALLEL_MIN_SPANS: Final = 50_000
 
 
 class NoStepInRange(LookupError):
@@ -90,23 +101,46 @@ def window_spans(
 def _records(
     files: list[str], file: np.ndarray, line: np.ndarray, slot: np.ndarray, skipped: list[SkippedRecord],
 ) -> list[SpanRecord]:
-    """The spans at (file, line, slot), read again in full. A line with an attribute that is
-    not OTLP (one the columns never decode) is skipped as :func:`read_spans` skips it; a line
-    that no longer reads as it did (the file changed in between) gives what it still holds."""
+    """The spans at (file, line, slot), read again in full, the files shared with a worker
+    process when there are many lines to parse (as :func:`read_span_columns` does)."""
     wanted: dict[int, dict[int, set[int]]] = defaultdict(lambda: defaultdict(set))
     for f, ln, s in zip(file.tolist(), line.tolist(), slot.tolist(), strict=True):
         wanted[f][ln].add(s)
+    work = [(files[f], dict(wanted[f])) for f in sorted(wanted)]
+    if len(work) > 1 and len(file) > _PARALLEL_MIN_SPANS and usable_cpus() > 1:
+        sizes = [len(lines) for _, lines in work]
+        cut = half_way(sizes)
+        worker = start_worker(_read_records, work[cut:])
+        if worker is not None:
+            first = _read_records(work[:cut])
+            second = collect_worker(worker)
+            if not isinstance(second, tuple):  # the worker failed: read its share here
+                second = _read_records(work[cut:])
+            records: list[SpanRecord] = first[0] + second[0]
+            skipped += first[1] + second[1]
+            return records
+    alone, bad = _read_records(work)
+    skipped += bad
+    return alone
+
+
+def _read_records(
+    work: list[tuple[str, dict[int, set[int]]]],
+) -> tuple[list[SpanRecord], list[SkippedRecord]]:
+    """For each (file, {line: slots}), those spans in full. A line with an attribute that is
+    not OTLP (one the columns never decode) is skipped as :func:`read_spans` skips it; a line
+    that no longer reads as it did (the file changed in between) gives what it still holds."""
     out: list[SpanRecord] = []
-    for f in sorted(wanted):
-        lines = wanted[f]
-        for batch in file_span_batches(Path(files[f]), only=lines):
-            if isinstance(batch, SkippedRecord):
-                continue
-            slots = lines.get(batch.line, set())
-            try:
-                records = span_records(batch)
-            except PARSE_ERRORS as exc:
-                skipped.append(not_otlp(batch.path, batch.line, exc))
-                continue
-            out += [records[s] for s in sorted(slots) if s < len(records)]
-    return out
+    skipped: list[SkippedRecord] = []
+    with gc_paused():
+        for path, lines in work:
+            for batch in file_span_batches(Path(path), only=lines):
+                if isinstance(batch, SkippedRecord):
+                    continue
+                try:
+                    records = span_records(batch)
+                except PARSE_ERRORS as exc:
+                    skipped.append(not_otlp(batch.path, batch.line, exc))
+                    continue
+                out += [records[s] for s in sorted(lines.get(batch.line, ())) if s < len(records)]
+    return out, skipped

@@ -19,10 +19,11 @@ from _harness import compare, emit_json, parse_args, ratio_table
 from _naive_rollup import naive_rollup
 from _synthetic_run import write_synthetic_run
 
+from rlsight.analysis._read import read_span_columns
 from rlsight.analysis._steps import find_steps
 from rlsight.analysis._table import build_table
+from rlsight.analysis.columns import BUCKET_CODES
 from rlsight.analysis.goodput import label_sums, partition_timelines, step_buckets
-from rlsight.store._columnar import BUCKET_CODES, read_span_columns
 
 
 def main() -> None:

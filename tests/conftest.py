@@ -51,6 +51,9 @@ _SLOW = (
     "store/test_writer_under_load.py",  # writer threads flat out, one process killed
     "test_export.py",  # a stored run sent to a real collector, interrupted and resumed
     "analysis/test_columnar.py::test_a_two_process_read_equals_a_serial_read",
+    "analysis/test_column_cache.py::test_a_two_process_read_fills_and_uses_the_cache_like_a_serial_one",
+    "analysis/test_column_cache.py::test_any_history_of_a_file_reads_the_same_cached_and_uncached",
+    "analysis/test_window.py::test_a_window_read_again_by_two_processes_is_the_same",
     "test_redaction.py::test_the_manifest_holds_no_secret_from_argv_or_config",  # a subprocess
     "analysis/test_analysis_api.py::test_the_cli_help_imports_no_numpy_or_rich",  # a subprocess
     "test_engines.py::TestScrapeThreads",  # endpoints that stall past the scrape timeout

@@ -169,12 +169,12 @@ class Watchdog:
         processes: list[ProcessState] = []
         path: Path | None = None
         if self._config.local_store:
+            from rlsight.analysis._read import read_span_columns
             from rlsight.analysis.live import process_states
-            from rlsight.store._columnar import read_span_columns
             from rlsight.store._live import read_live
 
             run_dir = self._config.run_path
-            cols, _, _ = read_span_columns(run_dir, workers=1)
+            cols, _, _ = read_span_columns(run_dir, workers=1, cache=False)  # in the driver: no writes
             # A span open for at least half the quiet period, and k medians of its name, is
             # part of the stall; one that started a moment ago is not.
             states = process_states(cols, read_live(run_dir), now_ns=now, k=DEFAULT_STALL_K,

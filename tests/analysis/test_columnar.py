@@ -10,9 +10,9 @@ import pytest
 from _build import RunBuilder, analyze, otlp_request
 
 from rlsight.analysis import analyze_run, analyze_spans
+from rlsight.analysis._read import read_span_columns
 from rlsight.errors import StoreError
 from rlsight.store import read_spans
-from rlsight.store._columnar import read_span_columns
 
 
 def _sample(run: RunBuilder) -> RunBuilder:

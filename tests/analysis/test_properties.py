@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from rlsight.analysis import RunReport, analyze_spans
 from rlsight.analysis._steps import find_steps
 from rlsight.analysis._table import build_table
+from rlsight.analysis.columns import span_columns_from_records
 from rlsight.analysis.goodput import partition_timelines
-from rlsight.store._columnar import span_columns_from_records
 from rlsight.store._schema import SpanRecord
 
 BUCKETS = (None, "productive", "overhead", "idle", "wasted")

@@ -7,8 +7,8 @@ from _build import SEC, RunBuilder, analyze
 
 from rlsight.analysis._steps import find_steps
 from rlsight.analysis._table import build_table
+from rlsight.analysis.columns import span_columns_from_records
 from rlsight.analysis.stragglers import stragglers
-from rlsight.store._columnar import span_columns_from_records
 
 
 def _fleet(run: RunBuilder, group: str, durations: list[float], **attrs_per_rank: list[object]) -> None:

@@ -15,9 +15,9 @@ from _live_actors import Trainer
 
 from _ray_support import RayCluster, wait_for_spans
 from rlsight import StallRecord, setup_telemetry, shutdown_telemetry, step_span
+from rlsight.analysis._read import read_span_columns
 from rlsight.analysis.live import post_mortem
 from rlsight.ray import worker_options
-from rlsight.store._columnar import read_span_columns
 from rlsight.store._live import read_live
 
 pytestmark = pytest.mark.ray

@@ -12,10 +12,10 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rlsight.analysis.columns import span_columns_from_records
 from rlsight.analysis.live import process_states
 from rlsight.cli import EXIT_OK, main
 from rlsight.store import SpanRecord
-from rlsight.store._columnar import span_columns_from_records
 from rlsight.store._live import LiveProcess, LiveReadResult, StartRecord
 
 _KILLED_DRIVER = textwrap.dedent("""

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rlsight.analysis._read import read_span_columns
 from rlsight.cli import EXIT_OK, main
 from rlsight.spans import step_span
 from rlsight.store import _lines, read_metrics, read_spans
-from rlsight.store._columnar import read_span_columns
 from rlsight.testing import capture_telemetry
 
 _TRACE = "0" * 31 + "1"

@@ -6,8 +6,8 @@ import time
 from pathlib import Path
 
 from rlsight import RL, per_prompt_scope, span, step_span, umbrella_span
+from rlsight.analysis._read import read_span_columns
 from rlsight.analysis.live import post_mortem
-from rlsight.store._columnar import read_span_columns
 from rlsight.store._live import read_live
 from rlsight.testing import capture_telemetry
 

@@ -408,7 +408,7 @@ def test_every_otlp_value_kind_is_read_and_an_empty_value_drops_only_itself(tmp_
     """kvlist, bytes and empty values are valid OTLP: the span around them must not be lost."""
     import json
 
-    from rlsight.store._columnar import read_span_columns
+    from rlsight.analysis._read import read_span_columns
 
     (tmp_path / "traces").mkdir()
     kv = [

@@ -12,8 +12,10 @@ import numpy as np
 
 from rlsight._rl_groups import NOT_PER_STEP, rl_group_names
 from rlsight._semconv import ALGORITHM, RUN_ID
+from rlsight.analysis._read import read_span_columns
 from rlsight.analysis._steps import find_steps
 from rlsight.analysis._table import SpanTable, build_table
+from rlsight.analysis.columns import SpanColumns, span_columns_from_records
 from rlsight.analysis.engine import engine_throughput
 from rlsight.analysis.fleets import fleets
 from rlsight.analysis.goodput import (
@@ -34,7 +36,6 @@ from rlsight.analysis.volume import volume
 from rlsight.analysis.wasted import charge_discards, wasted
 from rlsight.errors import StoreError
 from rlsight.store import MetricPoint, SkippedRecord, SpanRecord, read_manifest, read_metrics
-from rlsight.store._columnar import SpanColumns, read_span_columns, span_columns_from_records
 from rlsight.store._live import read_live
 
 __all__ = ["analyze_columns", "analyze_run", "analyze_spans", "per_step_catalog"]
@@ -129,7 +130,8 @@ def analyze_columns(
     """Analyse a run already read into columns.
 
     Args:
-        cols: The spans, from :func:`rlsight.store._columnar.read_span_columns` or records.
+        cols: The spans, from :func:`read_span_columns` (a run folder) or
+            :func:`span_columns_from_records`.
         skipped: Records the reader skipped (counted and quoted in the summary).
         files: Number of trace files read.
         manifest: The run's ``manifest.json``, for the run id and algorithm.

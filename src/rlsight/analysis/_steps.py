@@ -16,7 +16,7 @@ from numpy.typing import NDArray
 
 from rlsight._semconv import STEP_SPAN
 from rlsight.analysis._table import SpanTable
-from rlsight.store._columnar import NO_STEP
+from rlsight.analysis.columns import NO_STEP
 
 __all__ = ["Steps", "find_steps"]
 

@@ -17,8 +17,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rlsight._semconv import DEVICES, RANK, SERVICE_NAME, STEP_SPAN, WORKER_GROUP
+from rlsight.analysis.columns import SpanColumns
 from rlsight.analysis.model import Timeline
-from rlsight.store._columnar import SpanColumns
 from rlsight.store._schema import AttributeValue
 
 __all__ = ["Rank", "SpanTable", "build_table", "int_attribute"]
@@ -116,6 +116,8 @@ def _reorder(cols: SpanColumns, order: I64) -> SpanColumns:
         process_keys=cols.process_keys,
         kept_attributes={int(inverse[i]): a for i, a in cols.kept_attributes.items()
                          if inverse[i] >= 0},
+        source_file=cols.source_file[order], source_line=cols.source_line[order],
+        source_slot=cols.source_slot[order], source_files=cols.source_files,
         invalid_buckets=cols.invalid_buckets,
     )
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from rlsight.analysis._table import SpanTable
+from rlsight.analysis.columns import BUCKET_CODES
 from rlsight.analysis.goodput import (
     RunPartition,
     TimelinePartition,
@@ -23,7 +24,6 @@ from rlsight.analysis.goodput import (
     label_sums,
 )
 from rlsight.analysis.model import FleetGroup, Fleets, RankUsage
-from rlsight.store._columnar import BUCKET_CODES
 
 __all__ = ["fleets"]
 

@@ -25,6 +25,7 @@ from numpy.typing import NDArray
 from rlsight.analysis._intervals import Cover, max_cover
 from rlsight.analysis._steps import Steps
 from rlsight.analysis._table import SpanTable
+from rlsight.analysis.columns import BUCKET_CODES
 from rlsight.analysis.model import (
     BUCKET_NAMES,
     Buckets,
@@ -32,7 +33,6 @@ from rlsight.analysis.model import (
     Stat,
     StepSummary,
 )
-from rlsight.store._columnar import BUCKET_CODES
 
 __all__ = [
     "RunPartition",

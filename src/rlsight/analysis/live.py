@@ -26,8 +26,9 @@ import numpy as np
 
 from rlsight._host import pid_alive
 from rlsight._semconv import HOST_NAME, JOB_SPAN, PROCESS_PID, RANK, RUN_ID, STEP_SPAN, WORKER_GROUP
+from rlsight.analysis._read import read_span_columns
+from rlsight.analysis.columns import SpanColumns
 from rlsight.analysis.model import SCHEMA_VERSION, OpenSpan, PostMortem, ProcessState
-from rlsight.store._columnar import SpanColumns, read_span_columns
 from rlsight.store._live import LiveReadResult, StartRecord, read_live
 from rlsight.store._schema import AttributeValue
 from rlsight.watchdog import DEFAULT_MIN_AGE_S, DEFAULT_STALL_K

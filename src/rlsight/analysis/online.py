@@ -3,7 +3,7 @@
 The driver's span processor hands over the spans of the step that just ended (and what else
 it still holds: the ancestors that give them their depth, spans of other threads) as plain
 per-field lists (:class:`LiveSpans`), taken from the SDK's spans without any per-span
-conversion. This module turns them into the same :class:`~rlsight.store._columnar.SpanColumns`
+conversion. This module turns them into the same :class:`~rlsight.analysis.columns.SpanColumns`
 the store reader builds, with numpy in a few C-level passes, and runs the same table, step,
 partition and discard code as ``rlsight report`` on them. There is no second rollup: a step's
 buckets online are the report's buckets for that step whenever the spans handed over are the
@@ -34,11 +34,11 @@ from rlsight._semconv import (
 )
 from rlsight.analysis._steps import find_steps
 from rlsight.analysis._table import build_table
+from rlsight.analysis.columns import BUCKET_CODES, NO_STEP, SpanColumns
 from rlsight.analysis.fleets import fleets
 from rlsight.analysis.goodput import RunPartition, contributors, partition_timelines, step_buckets
 from rlsight.analysis.model import Buckets, Contributor
 from rlsight.analysis.wasted import charge_discards
-from rlsight.store._columnar import BUCKET_CODES, NO_STEP, SpanColumns
 
 __all__ = ["LiveSpans", "StepGoodput", "live_columns", "step_goodput", "window_buckets"]
 
@@ -129,6 +129,10 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
         resources=[spans.resource],
         process_keys=[str(spans.resource.get(SERVICE_INSTANCE_ID, "driver"))],
         kept_attributes=kept,
+        source_file=np.full(n, -1, np.int32),
+        source_line=np.full(n, -1, np.int32),
+        source_slot=np.full(n, -1, np.int32),
+        source_files=[],
     )
 
 

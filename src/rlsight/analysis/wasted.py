@@ -24,9 +24,9 @@ from numpy.typing import NDArray
 from rlsight._semconv import DISCARD_GROUP_IDS, DISCARD_REASON, DISCARD_SPAN, GROUP_ID
 from rlsight.analysis._steps import Steps
 from rlsight.analysis._table import SpanTable, nearest_marked
+from rlsight.analysis.columns import BUCKET_CODES
 from rlsight.analysis.goodput import TimelinePartition
 from rlsight.analysis.model import Discarded, Wasted, WastedName
-from rlsight.store._columnar import BUCKET_CODES
 
 __all__ = ["Discards", "charge_discards", "wasted"]
 

@@ -13,17 +13,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-from rlsight._semconv import STEP, STEP_SPAN
 from rlsight.commands._exit import EXIT_INPUT, EXIT_OK, EXIT_USAGE
 from rlsight.commands._extras import missing_extra
 from rlsight.commands._outputs import unusable_output
-
-if TYPE_CHECKING:
-    from rlsight.store import SpanRecord
 
 __all__ = ["MAX_SPANS", "add_arguments", "run"]
 
@@ -74,69 +69,42 @@ def _step_range(text: str) -> tuple[int | None, int | None]:
     return lo, hi
 
 
-def _step_window(spans: Sequence[SpanRecord], lo: int | None, hi: int | None) -> tuple[int, int] | None:
-    """Start of the first and end of the last ``rl.step`` span numbered within [lo, hi]."""
-    chosen = []
-    for s in spans:
-        number = s.attributes.get(STEP) if s.name == STEP_SPAN else None
-        if (isinstance(number, int) and not isinstance(number, bool)
-                and (lo is None or number >= lo) and (hi is None or number <= hi)):
-            chosen.append(s)
-    if not chosen:
-        return None
-    return min(s.start_ns for s in chosen), max(s.end_ns for s in chosen)
-
-
 def run(args: argparse.Namespace) -> int:
     """Read the run's spans and write the trace-event file."""
-    if missing_extra("timeline", "orjson"):
+    if missing_extra("timeline", "numpy", "orjson"):
         return EXIT_USAGE
+    from rlsight.analysis.window import NoStepInRange, window_spans
     from rlsight.commands._source import AmbiguousRunError, open_run
     from rlsight.errors import StoreError
     from rlsight.render._format import terminal_safe
     from rlsight.render.perfetto import write_chrome_trace
-    from rlsight.store import read_spans
 
     output: Path = args.output
     if unusable_output("timeline", "-o", output, "trace.json"):
         return EXIT_USAGE
     try:
         with open_run(args.run_dir, args.run_id) as source:
-            result = read_spans(source.folder)
+            window = window_spans(source.folder, steps=args.steps, max_spans=args.max_spans)
     except AmbiguousRunError as exc:
         print(f"rlsight timeline: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except StoreError as exc:
         print(f"rlsight timeline: {exc}", file=sys.stderr)
         return EXIT_INPUT
-    skipped = [*source.skipped, *result.skipped]
-    # One slice per span, even where a retried export wrote a batch twice.
-    seen: set[tuple[str, str]] = set()
-    spans = []
-    for span in result.spans:
-        if (span.trace_id, span.span_id) not in seen:
-            seen.add((span.trace_id, span.span_id))
-            spans.append(span)
-    if not spans:
+    except NoStepInRange:
+        print(f"rlsight timeline: no rl.step span numbered within --steps "
+              f"{_describe_range(args.steps)} in {args.run_dir}", file=sys.stderr)
+        return EXIT_USAGE
+    skipped = [*source.skipped, *window.skipped]
+    if not window.total:
         print(f"rlsight timeline: no spans in {args.run_dir / 'traces'}; is this a run folder, "
               "and did the run enable telemetry?", file=sys.stderr)
         return EXIT_INPUT
-    if args.steps is not None:
-        window = _step_window(spans, *args.steps)
-        if window is None:
-            print(f"rlsight timeline: no rl.step span numbered within --steps "
-                  f"{_describe_range(args.steps)} in {args.run_dir}", file=sys.stderr)
-            return EXIT_USAGE
-        lo, hi = window
-        spans = [s for s in spans if s.start_ns < hi and s.end_ns > lo]
-    if len(spans) > args.max_spans:
-        spans.sort(key=lambda s: s.start_ns)
-        cut_at = spans[args.max_spans].start_ns
-        spans = spans[:args.max_spans]
+    if window.cut_at_ns is not None:
         print(f"rlsight timeline: wrote the first {args.max_spans:,} spans only (up to "
-              f"{cut_at} ns since the epoch); pick a window with --steps A:B or raise "
+              f"{window.cut_at_ns} ns since the epoch); pick a window with --steps A:B or raise "
               "--max-spans", file=sys.stderr)
-    counts = write_chrome_trace(spans, output)
+    counts = write_chrome_trace(window.spans, output)
     if skipped:
         print(f"rlsight timeline: skipped {len(skipped)} unreadable record(s); "
               f"first: {terminal_safe(str(skipped[0]))}", file=sys.stderr)

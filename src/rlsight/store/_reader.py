@@ -1,4 +1,11 @@
-"""Read a run's store back: spans and metric points as flat records.
+"""Read a run's store back: the one walk over OTLP/JSON records, and flat spans and points.
+
+Every reader of trace files goes through :func:`span_batches`: each line is read and parsed by
+:mod:`rlsight.store._lines` and walked once, here, into a :class:`SpanBatch` (one per OTLP
+request, one entry per span in each column), or skipped as a whole. :func:`read_spans` turns
+batches into :class:`SpanRecord` objects; the analysis projects the same batches onto numpy
+columns (:mod:`rlsight.analysis.columns`), so both see the same spans and skip the same lines.
+Attribute values are decoded by one function, :func:`attribute_value`.
 
 Bad input loses nothing: a line that is not JSON (a process killed mid-write), JSON that is
 not an OTLP request, a line over :data:`~rlsight.store._lines.MAX_LINE_BYTES`, nesting too deep
@@ -10,17 +17,32 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlsight.errors import StoreError
-from rlsight.store._lines import PARSE_ERRORS, int64, json_lines
+from rlsight.store._lines import PARSE_ERRORS, LineCursor, int64, int64s, json_lines, numbered_json
 from rlsight.store._manifest import SUPPORTED_STORE_FORMATS, read_manifest
 from rlsight.store._schema import AttributeValue, SkippedRecord, SpanRecord
 
-__all__ = ["MetricPoint", "MetricReadResult", "SpanReadResult", "read_metrics", "read_spans"]
+__all__ = [
+    "MetricPoint",
+    "MetricReadResult",
+    "SpanBatch",
+    "SpanReadResult",
+    "attribute_value",
+    "attribute_values",
+    "decode_attributes",
+    "file_span_batches",
+    "not_otlp",
+    "read_metrics",
+    "read_spans",
+    "span_batches",
+    "span_records",
+    "trace_files",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +128,115 @@ def _attributes(kvs: list[Mapping[str, Any]] | None) -> dict[str, AttributeValue
     return out
 
 
+def attribute_value(raw: Any) -> AttributeValue | None:
+    """One raw OTLP ``AnyValue`` (as :class:`SpanBatch` holds it) decoded; ``None`` when
+    absent or empty.
+
+    Raises:
+        ValueError: not an OTLP value (or an integer outside the int64 range).
+    """
+    return None if raw is None else _value(raw or {})
+
+
+def attribute_values(raws: list[Any]) -> list[AttributeValue | None]:
+    """:func:`attribute_value` of a column of raw values (one attribute key over many spans).
+
+    The common columns (``thread.id`` on every span, ``rl.bucket`` on most) hold one kind of
+    value throughout; those are decoded as a column, with the same answers and errors.
+    """
+    present = [r for r in raws if r is not None]
+    if not present:
+        return [None] * len(raws)
+    try:
+        strings = [r.get("stringValue") for r in present]
+    except AttributeError:  # not a mapping: attribute_value says what is wrong
+        return [attribute_value(r) for r in raws]
+    if set(map(type, strings)) == {str}:  # _value reads stringValue first, whatever else is there
+        return _spread(raws, strings)
+    if set(map(len, present)) == {1}:
+        ints = [r.get("intValue") for r in present]
+        if None not in ints:
+            return _spread(raws, int64s(ints))
+    return [attribute_value(r) for r in raws]
+
+
+def _spread(raws: list[Any], values: list[Any]) -> list[Any]:
+    """``values`` (one per present raw value, in order) put back in place among ``raws``' Nones."""
+    if len(values) == len(raws):
+        return values
+    it = iter(values)
+    return [None if r is None else next(it) for r in raws]
+
+
+def decode_attributes(raw: Mapping[str, Any]) -> dict[str, AttributeValue]:
+    """A span's attributes as :class:`SpanBatch` holds them (key -> raw AnyValue), decoded;
+    empty values are dropped."""
+    out: dict[str, AttributeValue] = {}
+    for key, v in raw.items():
+        value = attribute_value(v)
+        if value is not None:
+            out[key] = value
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class SpanBatch:
+    """The spans of one OTLP traces request, walked once: one list entry per span.
+
+    ``resource[i]`` indexes :attr:`resources` (the request's decoded resource attributes).
+    Ids and names are as written (a root's parent id is ``""``); times, status codes and kinds
+    are validated int64; ``attributes[i]`` maps each key to its raw OTLP ``AnyValue``, decoded
+    on demand with :func:`attribute_values` / :func:`decode_attributes`, so a reader that needs
+    three keys does not pay for thirty.
+    """
+
+    path: str
+    line: int
+    resources: list[dict[str, AttributeValue]]
+    resource: list[int]
+    trace_id: list[Any]
+    span_id: list[Any]
+    parent_span_id: list[Any]
+    name: list[Any]
+    start_ns: list[int]
+    end_ns: list[int]
+    status_code: list[int]
+    status_message: list[str]
+    kind: list[int]
+    attributes: list[dict[str, Any]]
+
+    def __len__(self) -> int:
+        return len(self.name)
+
+
+def _walk_spans(request: Any, path: str, line: int) -> SpanBatch:
+    """The one OTLP traces walk; raises one of PARSE_ERRORS if ``request`` is not OTLP."""
+    resources: list[dict[str, AttributeValue]] = []
+    owner: list[int] = []
+    spans: list[Any] = []
+    for rs in request["resourceSpans"]:
+        index = len(resources)
+        resources.append(_attributes(rs.get("resource", {}).get("attributes")))
+        for ss in rs.get("scopeSpans", []):
+            got = list(ss.get("spans", []))
+            spans += got
+            owner += [index] * len(got)
+    statuses = [s.get("status") or {} for s in spans]
+    return SpanBatch(
+        path=path, line=line, resources=resources, resource=owner,
+        trace_id=[s["traceId"] for s in spans],
+        span_id=[s["spanId"] for s in spans],
+        parent_span_id=[s.get("parentSpanId") or "" for s in spans],
+        name=[s["name"] for s in spans],
+        start_ns=int64s([s["startTimeUnixNano"] for s in spans]),
+        end_ns=int64s([s["endTimeUnixNano"] for s in spans]),
+        status_code=int64s([st.get("code", 0) for st in statuses]),
+        status_message=[str(st.get("message", "")) for st in statuses],
+        kind=int64s([s.get("kind", 1) for s in spans]),
+        attributes=[{kv["key"]: kv.get("value") for kv in s.get("attributes") or ()} for s in spans],
+    )
+
+
 def _store_files(run_dir: Path, kind: str) -> list[Path]:
     if not run_dir.is_dir():
         raise StoreError(f"run folder {run_dir} does not exist; pass the folder a run wrote "
@@ -119,6 +250,87 @@ def _store_files(run_dir: Path, kind: str) -> list[Path]:
         )
     folder = run_dir / kind
     return sorted(folder.glob("*.jsonl")) if folder.is_dir() else []
+
+
+def trace_files(run_dir: Path | str) -> list[Path]:
+    """The trace files of ``run_dir``, in the order every reader walks them.
+
+    Raises:
+        StoreError: ``run_dir`` does not exist, or was written in a store format this
+            rlsight does not read.
+    """
+    return _store_files(Path(run_dir), "traces")
+
+
+def span_batches(paths: Iterable[Path]) -> Iterator[SpanBatch | SkippedRecord]:
+    """Every traces request in ``paths`` walked once, or the record of why its line was
+    skipped, in file and line order. A request is read whole or skipped whole."""
+    for path in paths:
+        yield from file_span_batches(path)
+
+
+def file_span_batches(
+    path: Path, start: int = 0, stop: int | None = None, cursor: LineCursor | None = None,
+    only: Collection[int] | None = None,
+) -> Iterator[SpanBatch | SkippedRecord]:
+    """:func:`span_batches` of one file, optionally of its bytes [start, stop) or of some
+    lines only (see :func:`rlsight.store._lines.numbered_json`)."""
+    name = str(path)
+    for item in numbered_json(path, start, stop, cursor, only):
+        if isinstance(item, SkippedRecord):
+            yield item
+            continue
+        number, request = item
+        try:
+            yield _walk_spans(request, name, number)
+        except PARSE_ERRORS as exc:
+            yield not_otlp(name, number, exc)
+
+
+def not_otlp(path: str, line: int, exc: BaseException) -> SkippedRecord:
+    """The record of a traces request skipped because part of it is not OTLP."""
+    return SkippedRecord(path, line, f"not an OTLP traces request ({exc!r})")
+
+
+def span_records(batch: SpanBatch) -> list[SpanRecord]:
+    """One :class:`SpanRecord` per span of ``batch``; raises if an attribute is not OTLP.
+
+    Attributes are decoded a key at a time over the batch (:func:`attribute_values`), each
+    record keeping its span's own key order.
+    """
+    attrs = batch.attributes
+    decoded = {key: attribute_values([a.get(key) for a in attrs])
+               for key in dict.fromkeys(k for a in attrs for k in a)}
+    resources = batch.resources
+    return [
+        SpanRecord(trace_id=t, span_id=s, parent_span_id=p or None, name=n, start_ns=a, end_ns=b,
+                   attributes={k: v for k in raw if (v := decoded[k][i]) is not None},
+                   resource=resources[r], status_code=c, status_message=m, kind=kind)
+        for i, (t, s, p, n, a, b, raw, r, c, m, kind) in enumerate(zip(
+            batch.trace_id, batch.span_id, batch.parent_span_id, batch.name, batch.start_ns,
+            batch.end_ns, attrs, batch.resource, batch.status_code, batch.status_message,
+            batch.kind, strict=True))
+    ]
+
+
+def read_spans(run_dir: Path | str) -> SpanReadResult:
+    """Every span in ``<run_dir>/traces/*.jsonl``, in file order.
+
+    Raises:
+        StoreError: ``run_dir`` does not exist.
+    """
+    files = trace_files(run_dir)
+    spans: list[SpanRecord] = []
+    skipped: list[SkippedRecord] = []
+    for item in span_batches(files):
+        if isinstance(item, SkippedRecord):
+            skipped.append(item)
+            continue
+        try:
+            spans += span_records(item)
+        except PARSE_ERRORS as exc:
+            skipped.append(not_otlp(item.path, item.line, exc))
+    return SpanReadResult(spans, skipped, len(files))
 
 
 def _read(
@@ -137,37 +349,6 @@ def _read(
                 continue
             out.extend(batch)
     return out, skipped, len(files)
-
-
-def _parse_spans(request: Any, out: list[SpanRecord]) -> None:
-    for rs in request["resourceSpans"]:
-        resource = _attributes(rs.get("resource", {}).get("attributes"))
-        for ss in rs.get("scopeSpans", []):
-            for s in ss.get("spans", []):
-                status = s.get("status") or {}
-                out.append(SpanRecord(
-                    trace_id=s["traceId"],
-                    span_id=s["spanId"],
-                    parent_span_id=s.get("parentSpanId") or None,
-                    name=s["name"],
-                    start_ns=int64(s["startTimeUnixNano"]),
-                    end_ns=int64(s["endTimeUnixNano"]),
-                    attributes=_attributes(s.get("attributes")),
-                    resource=resource,
-                    status_code=int64(status.get("code", 0)),
-                    status_message=str(status.get("message", "")),
-                    kind=int64(s.get("kind", 1)),
-                ))
-
-
-def read_spans(run_dir: Path | str) -> SpanReadResult:
-    """Every span in ``<run_dir>/traces/*.jsonl``, in file order.
-
-    Raises:
-        StoreError: ``run_dir`` does not exist.
-    """
-    spans, skipped, files = _read(run_dir, "traces", _parse_spans)
-    return SpanReadResult(spans, skipped, files)
 
 
 def _parse_metrics(request: Any, out: list[MetricPoint]) -> None:

@@ -1,0 +1,296 @@
+"""Read a run folder's spans into :class:`~rlsight.analysis.columns.SpanColumns`, fast.
+
+The store walks each request once (:func:`rlsight.store._reader.file_span_batches`); this
+module projects the walked requests onto columns file by file, keeps each file's columns in
+the run's column cache (:mod:`rlsight.analysis._cache`) and reads from the JSON only what the
+cache does not cover. Parsing and walking JSON is most of the cost, so a large read is shared
+with a second process: the work is cut into two contiguous shards of about equal bytes, a
+worker process reads the second while this one reads the first. A worker that cannot start
+or fails leaves its shard to this process, so the result is always that of a serial read.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import pickle
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from rlsight.analysis import _cache
+from rlsight.analysis.columns import ColumnBuilder, SpanColumns, concat_columns
+from rlsight.store._lines import PARSE_ERRORS, LineCursor, last_line_end
+from rlsight.store._reader import file_span_batches, not_otlp, trace_files
+from rlsight.store._schema import SkippedRecord
+
+__all__ = [
+    "PARALLEL_MIN_BYTES", "collect_worker", "gc_paused", "half_way", "read_span_columns", "start_worker",
+    "usable_cpus",
+]
+
+#: Reads of more than this many bytes of JSON use a second process when two CPUs are available.
+PARALLEL_MIN_BYTES: Final = 32 * 2**20
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """Bytes [start, stop) of a trace file to parse; ``start`` follows line ``line``, and
+    ``crc`` is the CRC-32 of the bytes before ``start``."""
+
+    path: Path
+    start: int
+    stop: int
+    line: int
+    crc: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Parsed:
+    """A job's result: its complete lines (``body``, up to byte ``end``, line ``lines``, CRC
+    from the file's start ``crc``) and a last line without its newline (``tail``)."""
+
+    body: SpanColumns
+    body_skipped: list[SkippedRecord]
+    end: int
+    lines: int
+    crc: int
+    tail: SpanColumns
+    tail_skipped: list[SkippedRecord]
+
+
+def _read_range(
+    path: Path, start: int, stop: int, cursor: LineCursor,
+) -> tuple[SpanColumns, list[SkippedRecord]]:
+    builder = ColumnBuilder()
+    skipped: list[SkippedRecord] = []
+    for item in file_span_batches(path, start, stop, cursor):
+        if isinstance(item, SkippedRecord):
+            skipped.append(item)
+            continue
+        try:
+            builder.add_batch(item)
+        except PARSE_ERRORS as exc:
+            skipped.append(not_otlp(item.path, item.line, exc))
+    return builder.finish(), skipped
+
+
+def _run_job(job: _Job) -> _Parsed:
+    try:
+        end = last_line_end(job.path, job.start, job.stop)
+    except OSError:
+        end = job.start  # unreadable: the tail read below says so, as a skipped record
+    cursor = LineCursor(job.line, job.crc)
+    empty = ColumnBuilder().finish()
+    body, body_skipped = _read_range(job.path, job.start, end, cursor) if end > job.start else (empty, [])
+    lines, crc = cursor.line, cursor.crc or 0
+    # Also opened when there is nothing to read, so that a file that cannot be is reported.
+    if end < job.stop or job.stop == 0:
+        tail, tail_skipped = _read_range(job.path, end, job.stop, LineCursor(lines))
+    else:
+        tail, tail_skipped = empty, []
+    return _Parsed(body, body_skipped, end, lines, crc, tail, tail_skipped)
+
+
+def _run_jobs(jobs: Sequence[_Job], progress: Callable[[int], None] | None = None) -> list[_Parsed]:
+    out = []
+    with gc_paused():
+        for job in jobs:
+            out.append(_run_job(job))
+            if progress is not None:
+                progress(job.stop - job.start)
+    return out
+
+
+def read_span_columns(
+    run_dir: Path | str,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    workers: int | None = None,
+    cache: bool = True,
+) -> tuple[SpanColumns, list[SkippedRecord], int]:
+    """Every span in ``<run_dir>/traces/*.jsonl`` as columns, the skipped lines, the file count.
+
+    The result is that of one serial pass over the JSON, in file order, whatever the cache
+    held and however the work was shared.
+
+    Args:
+        run_dir: The run folder.
+        progress: Called with (bytes done, bytes total) of JSON parsed, for a progress bar.
+        workers: 1 reads in this process only; 2 always shares the JSON to parse with a
+            worker process; ``None`` (default) does when there is over
+            :data:`PARALLEL_MIN_BYTES` to parse and this process may use two CPUs.
+        cache: Use and update the run's column cache (``<run_dir>/.rlsight-cache``).
+
+    Raises:
+        StoreError: ``run_dir`` does not exist.
+    """
+    run_dir = Path(run_dir)
+    files = trace_files(run_dir)
+    plans: list[tuple[Path, os.stat_result | None, _cache.CachedFile | None, _Job | None]] = []
+    for path in files:
+        plans.append(_plan(run_dir, path, cache))
+    jobs = [job for _, _, _, job in plans if job is not None]
+    total = sum(job.stop - job.start for job in jobs)
+    parsed = _parse(jobs, progress, total, workers)
+    parts: list[SpanColumns] = []
+    skipped: list[SkippedRecord] = []
+    for path, st, entry, job in plans:
+        if entry is not None:
+            parts.append(entry.cols)
+            skipped += entry.skipped
+        if job is None:
+            continue
+        done = parsed[job]
+        parts += [done.body, done.tail]
+        skipped += done.body_skipped + done.tail_skipped
+        if cache and st is not None and done.end > job.start:
+            covered = concat_columns([entry.cols, done.body]) if entry is not None else done.body
+            _cache.save_entry(run_dir, path, _cache.CachedFile(
+                covered, [*(entry.skipped if entry else ()), *done.body_skipped], done.end,
+                done.lines, done.crc, _cache.stat_key(st), _cache.settled(st)))
+    return concat_columns(parts), skipped, len(files)
+
+
+def _plan(
+    run_dir: Path, path: Path, cache: bool,
+) -> tuple[Path, os.stat_result | None, _cache.CachedFile | None, _Job | None]:
+    """What to read of ``path``: the cache entry to use (or None) and the bytes to parse."""
+    try:
+        st = path.stat()
+    except OSError:
+        return path, None, None, _Job(path, 0, 0, 0, 0)  # the read reports it as skipped
+    entry = _cache.load_entry(run_dir, path) if cache else None
+    if entry is not None and not _usable(path, st, entry):
+        entry = None
+    if entry is None:
+        return path, st, None, _Job(path, 0, st.st_size, 0, 0)
+    if entry.covered == st.st_size:
+        return path, st, entry, None
+    return path, st, entry, _Job(path, entry.covered, st.st_size, entry.lines, entry.crc)
+
+
+def _usable(path: Path, st: os.stat_result, entry: _cache.CachedFile) -> bool:
+    """Whether ``entry`` still describes the first ``entry.covered`` bytes of ``path``."""
+    key = _cache.stat_key(st)
+    if key[:2] != entry.stat[:2] or st.st_size < entry.covered:
+        return False  # another file under this name, or a shorter one
+    if entry.settled and key == entry.stat:
+        return True
+    return _cache.crc_of(path, entry.covered) == entry.crc
+
+
+def _parse(
+    jobs: list[_Job], progress: Callable[[int, int], None] | None, total: int, workers: int | None,
+) -> dict[_Job, _Parsed]:
+    """Run ``jobs``, sharing them with a worker process when that pays."""
+    done = [0]
+
+    def advance(size: int) -> None:
+        done[0] += size
+        if progress is not None:
+            progress(done[0], total)
+
+    if workers is None:
+        workers = 2 if total > PARALLEL_MIN_BYTES and usable_cpus() > 1 else 1
+    if workers > 1 and len(jobs) > 1:
+        cut = half_way([job.stop - job.start for job in jobs])
+        worker = start_worker(_run_jobs, jobs[cut:])
+        if worker is not None:
+            first = _run_jobs(jobs[:cut], advance)
+            second = collect_worker(worker)
+            if not isinstance(second, list) or len(second) != len(jobs) - cut:  # the worker failed
+                second = _run_jobs(jobs[cut:], advance)
+            else:
+                advance(sum(job.stop - job.start for job in jobs[cut:]))
+            return dict(zip(jobs, [*first, *second], strict=True))
+    return dict(zip(jobs, _run_jobs(jobs, advance), strict=True))
+
+
+def start_worker(task: Callable[[Any], Any], payload: Any) -> subprocess.Popen[bytes] | None:
+    """Start a Python process that runs ``task(payload)`` (``task`` a module-level function,
+    pickled by name) and pickles the result to its stdout.
+
+    A plain subprocess rather than ``multiprocessing``: spawning through multiprocessing
+    re-imports the caller's ``__main__``, which breaks scripts without a main guard, and
+    forking would copy whatever threads the caller runs (a progress bar) mid-operation.
+    """
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)}
+    try:
+        worker = subprocess.Popen(
+            [sys.executable, "-c", "from rlsight.analysis._read import _worker_main; _worker_main()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+        )
+    except OSError:
+        return None  # no process to be had here (sandbox, limits): the caller reads serially
+    assert worker.stdin is not None
+    try:
+        worker.stdin.write(pickle.dumps((task, payload), protocol=pickle.HIGHEST_PROTOCOL))
+        worker.stdin.close()
+    except OSError:
+        pass  # it died already: collecting it says so
+    return worker
+
+
+def collect_worker(worker: subprocess.Popen[bytes]) -> Any:
+    """The worker's result, or ``None`` if it failed."""
+    assert worker.stdout is not None
+    try:
+        payload = worker.stdout.read()
+    finally:
+        worker.stdout.close()
+        code = worker.wait()
+    if code != 0:
+        return None
+    try:
+        result = pickle.loads(payload)  # our own child process wrote it
+    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        return None
+    return result
+
+
+def _worker_main() -> None:
+    """Entry point of the worker process: a pickled task on stdin, its pickled result on stdout."""
+    task, payload = pickle.loads(sys.stdin.buffer.read())  # our own parent process wrote it
+    sys.stdout.buffer.write(pickle.dumps(task(payload), protocol=pickle.HIGHEST_PROTOCOL))
+    sys.stdout.buffer.flush()
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def half_way(sizes: list[int]) -> int:
+    """Index that cuts ``sizes`` into two contiguous parts of about equal sum (both non-empty)."""
+    total, running = sum(sizes), 0
+    for i, size in enumerate(sizes):
+        running += size
+        if running * 2 >= total:
+            return min(max(i + 1, 1), len(sizes) - 1)
+    return len(sizes) - 1
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector for a bulk read.
+
+    Parsing allocates millions of short-lived dicts that reference counting frees; the cyclic
+    collector, triggered by the allocation count, walks them over and over and more than
+    doubles the read time. Nothing the read allocates forms a cycle.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

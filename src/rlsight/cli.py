@@ -51,9 +51,11 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module in _COMMANDS.items():
-        doc = (module.__doc__ or "").strip().splitlines()
-        summary = doc[0] if doc else name
-        cmd = sub.add_parser(name, help=summary, description=(module.__doc__ or summary).strip())
+        # The command modules' docstrings are the help text; a terminal shows ``--x`` as-is,
+        # so the reStructuredText literal markers go.
+        text = (module.__doc__ or "").replace("``", "").strip()
+        summary = text.splitlines()[0] if text else name
+        cmd = sub.add_parser(name, help=summary, description=text or summary)
         module.add_arguments(cmd)
         cmd.set_defaults(_module=module)
     return parser

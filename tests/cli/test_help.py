@@ -1,0 +1,23 @@
+"""``rlsight COMMAND --help`` is read in a terminal: plain text, every command listed."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlsight.cli import _COMMANDS, main
+
+
+@pytest.mark.parametrize("command", sorted(_COMMANDS))
+def test_each_commands_help_is_plain_text(command, capsys):
+    assert main([command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert f"usage: rlsight {command}" in out
+    assert "``" not in out, "reStructuredText markers leaked into the terminal help"
+
+
+def test_the_top_level_help_lists_every_command(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for command in _COMMANDS:
+        assert command in out
+    assert "``" not in out

@@ -21,3 +21,11 @@ def test_the_top_level_help_lists_every_command(capsys):
     for command in _COMMANDS:
         assert command in out
     assert "``" not in out
+
+
+def test_a_bad_demo_flag_names_the_command_the_user_typed(capsys):
+    pytest.importorskip("ray")
+    assert main(["demo", "--mode", "fast"]) == 2
+    err = capsys.readouterr().err
+    assert "rlsight demo: error: argument --mode" in err
+    assert "python -m" not in err

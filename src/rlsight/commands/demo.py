@@ -46,4 +46,7 @@ def run(args: argparse.Namespace) -> int:
             argv += [flag, str(value)]
     for fault in args.inject or ():
         argv += ["--inject", fault]
-    return main(argv)
+    try:
+        return main(argv, prog="rlsight demo")
+    except SystemExit as exc:  # the demo's own parser rejected a value: a usage error, exit 2
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE

@@ -338,10 +338,10 @@ def _decode_rates(text: str | None) -> tuple[float, ...]:
     return rates
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The demo's command line (``rlsight demo`` forwards to it)."""
+def build_parser(prog: str = "python -m rlsight.demo") -> argparse.ArgumentParser:
+    """The demo's command line (``rlsight demo`` forwards to it, under its own name)."""
     parser = argparse.ArgumentParser(
-        prog="python -m rlsight.demo", description=__doc__,
+        prog=prog, description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     d = DemoSettings()
@@ -369,9 +369,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m rlsight.demo`` (``make demo``, ``rlsight demo``)."""
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None, *, prog: str = "python -m rlsight.demo") -> int:
+    """Entry point of ``python -m rlsight.demo`` (``make demo``, ``rlsight demo``).
+
+    ``prog`` is the name errors are prefixed with: the command the user typed.
+    """
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     try:
         settings = DemoSettings(

@@ -1,4 +1,4 @@
-"""A shorter way to start rlsight's own spans: the SDK's span, without the SDK's detours.
+"""A shorter way to start and end rlsight's own spans: the SDK's span, without its detours.
 
 Profiling an enabled ``span()`` (issue #16) showed about half its start in work that, for
 rlsight's spans under the provider rlsight builds, always gives the same answer: asking the
@@ -9,6 +9,15 @@ builds the very same SDK ``Span`` object the tracer would (same class, same fiel
 processors, same id generator calls in the same order), so the store, the OTLP exporters and
 every span processor see nothing different; only the redundant checks are skipped.
 
+Where every span processor on the provider is one of rlsight's own (the store, start records,
+the step roll-up, OTLP: classes that declare ``reads_span_in_place``), the span is a
+:class:`LeanSpan`: still an SDK ``Span`` (foreign child spans, carriers, exporters and
+``trace.get_current_span()`` see one), but its attributes stay the plain dict rlsight already
+cleaned until someone sets one, its event and link lists are made on first use, and start and
+end call those processors directly with the span itself, with no fan-out loop and no
+``ReadableSpan`` copy per end. A processor the user added (``span_processors=``, or one added
+to the provider later) puts every span back on the SDK's own start and end.
+
 It steps aside (``start`` returns ``None`` and the caller uses the tracer) whenever the
 shortcut could differ: a sampler other than the default (``OTEL_TRACES_SAMPLER``), the SDK's
 internal metrics turned on, a disabled tracer, a parent that was not sampled. Attributes
@@ -18,12 +27,14 @@ cleaning. Foreign spans (instrumentation, the user's tracer) never come here.
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from opentelemetry.attributes import BoundedAttributes
-from opentelemetry.sdk.trace import Tracer, _Span
+from opentelemetry.sdk import trace as _sdk
+from opentelemetry.sdk.trace import SpanProcessor, Tracer, _Span
 from opentelemetry.sdk.trace._tracer_metrics import NoOpTracerMetrics
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased
 from opentelemetry.sdk.util import BoundedList
@@ -35,7 +46,7 @@ from opentelemetry.trace import (
 )
 from opentelemetry.trace.status import Status, StatusCode
 
-__all__ = ["LeanStarter"]
+__all__ = ["LeanSpan", "LeanStarter"]
 
 _SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
 _SAMPLED_RANDOM: Final = TraceFlags(TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID)
@@ -43,6 +54,12 @@ _INTERNAL: Final = SpanKind.INTERNAL
 _UNSET: Final = Status(StatusCode.UNSET)
 #: Value types the SDK's cleaning keeps as they are (exact types: a subclass goes through it).
 _PLAIN: Final = frozenset({str, bool, int, float})
+_NO_ITEMS: Final[tuple[Any, ...]] = ()
+#: The SDK's own logger: the warnings a LeanSpan gives are the ones an SDK span gives.
+_sdk_log: Final = logging.getLogger(_sdk.__name__)
+
+#: (on_start callables, on_end callables) of the processors a LeanSpan calls directly.
+Route = tuple[tuple[Callable[..., object], ...], tuple[Callable[[Any], object], ...]]
 
 
 def _default_sampler(sampler: object) -> bool:
@@ -66,8 +83,10 @@ class LeanStarter:
         "_limits",
         "_processor",
         "_resource",
+        "_route",
         "_sampler",
         "_scope",
+        "_seen",
         "usable",
     )
 
@@ -87,9 +106,14 @@ class LeanStarter:
         self._scope = tracer._instrumentation_scope
         self._info = tracer.instrumentation_info
         self._sampler = tracer.sampler
+        self._seen: object = None
+        self._route: Route | None = None
 
     def start(self, name: str, attributes: Mapping[str, Any], start_time: int | None) -> _Span | None:
-        """A started SDK span, or ``None`` where the tracer must decide (see the module doc)."""
+        """A started SDK span, or ``None`` where the tracer must decide (see the module doc).
+
+        ``attributes`` (cleaned by rlsight) may become the span's own dict: do not reuse it.
+        """
         ids = self._ids
         parent: SpanContext | None = get_current_span().get_span_context()
         if parent is None or not parent.is_valid:
@@ -108,9 +132,7 @@ class LeanStarter:
                               trace_flags=_SAMPLED_RANDOM if random_id else _SAMPLED,
                               trace_state=trace_state)
         limits = self._limits
-        attrs = BoundedAttributes(limits.max_span_attributes, None, immutable=False,
-                                  max_value_len=limits.max_span_attribute_length)
-        maxlen, max_text = attrs.maxlen, attrs.max_value_len
+        maxlen, max_text = limits.max_span_attributes, limits.max_span_attribute_length
         plain = maxlen is None or len(attributes) <= maxlen
         if plain:
             for value in attributes.values():  # a loop: all() over a generator costs 2x
@@ -119,11 +141,27 @@ class LeanStarter:
                                           and len(value) > max_text):
                     plain = False  # the SDK converts or truncates it (and warns): its way
                     break
-        if plain:
-            attrs._dict.update(attributes)  # already what the SDK's cleaning would keep
-        elif attributes:
-            attrs._set_items(attributes)
-        span: _Span = object.__new__(_Span)
+        processors = getattr(self._processor, "_span_processors", None)
+        if processors is not self._seen:  # a tuple the SDK replaces when one is added
+            self._route = _route(processors) if isinstance(processors, tuple) else None
+            self._seen = processors
+        route = self._route
+        span: _Span
+        if route is not None and plain:
+            span = object.__new__(LeanSpan)
+            span._route = route  # type: ignore[attr-defined]
+            # Already what the SDK's cleaning would keep; the caller hands the dict over.
+            span._attributes = attributes if type(attributes) is dict else dict(attributes)
+        else:
+            attrs = BoundedAttributes(maxlen, None, immutable=False, max_value_len=max_text)
+            if plain:
+                attrs._dict.update(attributes)
+            elif attributes:
+                attrs._set_items(attributes)
+            span = object.__new__(_Span)
+            span._attributes = attrs
+            span._events = BoundedList(limits.max_events)
+            span._links = BoundedList(limits.max_links)
         # ReadableSpan's fields, then Span's: what _Span.__init__ sets for these arguments.
         span._name = name
         span._context = context
@@ -142,10 +180,104 @@ class LeanStarter:
         span._span_processor = self._processor
         span._limits = limits
         span._lock = threading.Lock()
-        span._attributes = attrs
-        span._events = BoundedList(limits.max_events)
-        span._links = BoundedList(limits.max_links)
         span._record_end_metrics = None
         span.start(start_time=start_time, parent_context=None)
         return span
 
+
+class LeanSpan(_Span):
+    """An SDK span whose start and end go straight to rlsight's own processors.
+
+    Only :class:`LeanStarter` makes these (``object.__new__``, fields set as ``_Span``'s
+    constructor would). Differences from ``_Span``, none visible through the span API or in
+    what processors and exporters read: ``_attributes`` is a plain dict until an attribute is
+    set (then the SDK's ``BoundedAttributes``, which cleans the new value as usual);
+    ``_events``/``_links`` are an empty tuple until the first one is added; :meth:`start` and
+    :meth:`end` call ``_route`` (rlsight's processors) with the span itself.
+    """
+
+    _events: Any
+    _links: Any
+    _route: Route
+
+    def _bounded(self) -> BoundedAttributes:
+        """The attributes as the SDK's ``BoundedAttributes`` (made on the first set)."""
+        attrs = self._attributes
+        if type(attrs) is dict:
+            limits = self._limits
+            bounded = BoundedAttributes(limits.max_span_attributes, None, immutable=False,
+                                        max_value_len=limits.max_span_attribute_length)
+            bounded._dict.update(attrs)  # already clean: what the SDK would have kept
+            self._attributes = attrs = bounded
+        return attrs  # type: ignore[return-value]
+
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        with self._lock:
+            self._bounded()
+        super().set_attributes(attributes)
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        with self._lock:
+            self._bounded()
+        super().set_attribute(key, value)
+
+    def _add_event(self, event: Any) -> None:
+        with self._lock:
+            if self._end_time is None:
+                if self._events is _NO_ITEMS:
+                    self._events = _sdk.BoundedList(self._limits.max_events)
+                self._events.append(event)
+                return
+        _sdk_log.warning("Tried calling %s on an ended span.", "_add_event")
+
+    def _add_link(self, link: Any) -> None:
+        with self._lock:
+            if self._end_time is None:
+                if self._links is _NO_ITEMS:
+                    self._links = _sdk.BoundedList(self._limits.max_links)
+                self._links.append(link)
+                return
+        _sdk_log.warning("Tried calling %s on an ended span.", "_add_link")
+
+    def start(self, start_time: int | None = None, parent_context: Any = None) -> None:
+        with self._lock:
+            if self._start_time is not None:
+                _sdk_log.warning("Calling start() on a started span.")
+                return
+            self._start_time = start_time if start_time is not None else _sdk.time_ns()
+        for on_start in self._route[0]:
+            on_start(self, parent_context=parent_context)
+
+    def end(self, end_time: int | None = None) -> None:
+        with self._lock:
+            if self._start_time is None:
+                raise RuntimeError("Calling end() on a not started span.")
+            if self._end_time is not None:
+                _sdk_log.warning("Calling end() on an ended span.")
+                return
+            self._end_time = end_time if end_time is not None else _sdk.time_ns()
+            attrs = self._attributes
+            if type(attrs) is not dict:
+                attrs._immutable = True
+        # The span itself, not a ReadableSpan copy: nothing can change it once ended.
+        for on_end in self._route[1]:
+            on_end(self)
+
+
+LeanSpan._events = _NO_ITEMS
+LeanSpan._links = _NO_ITEMS
+
+
+def _route(processors: Sequence[SpanProcessor]) -> Route | None:
+    """How a LeanSpan reaches ``processors``, or ``None`` if one of them is not rlsight's."""
+    starts: list[Callable[..., object]] = []
+    ends: list[Callable[[Any], object]] = []
+    for proc in processors:
+        kind = type(proc)
+        if not getattr(kind, "reads_span_in_place", False):
+            return None
+        if kind.on_start is not SpanProcessor.on_start:  # a no-op it does not override is skipped
+            starts.append(proc.on_start)
+        if kind.on_end is not SpanProcessor.on_end:
+            ends.append(proc.on_end)
+    return tuple(starts), tuple(ends)

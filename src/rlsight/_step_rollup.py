@@ -110,6 +110,9 @@ def live_spans(spans: list[ReadableSpan], now: int, resource: Any) -> LiveSpans:
 class StepRollupProcessor(SpanProcessor):
     """Rolls steps up as they end (driver) and windows of wall time (see the module doc)."""
 
+    #: It may be handed the span itself (rlsight._lean): it only reads what it keeps.
+    reads_span_in_place: Final = True
+
     def __init__(self, runtime: Telemetry, *, steps: bool, window_s: float = WINDOW_S) -> None:
         self._runtime = runtime
         self._steps = steps

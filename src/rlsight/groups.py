@@ -86,11 +86,14 @@ class SpanGroupResolution:
 class _Gate:
     """The state every emit helper reads; attributes, not a dict, for the cheapest lookup."""
 
-    __slots__ = ("active", "enabled", "groups")
+    __slots__ = ("active", "enabled", "groups", "off")
 
     def __init__(self) -> None:
         # What emit helpers test against: empty unless a runtime is active.
         self.enabled: frozenset[str] = frozenset()
+        # Registered groups that are off: ``span()`` returns its no-op after this one test,
+        # and only a name in neither set (never registered: a typo) reaches the warning.
+        self.off: frozenset[str] = frozenset()
         self.active = False
         # name -> group, for the bucket and umbrella flag on the enabled path.
         self.groups: dict[str, SpanGroup] = {}
@@ -147,7 +150,11 @@ class _Registry:
 
     def publish(self) -> None:
         self.resolution = self.resolve(self.spec)
-        _GATE.enabled = self.resolution.enabled if _GATE.active else frozenset()
+        enabled = self.resolution.enabled if _GATE.active else frozenset()
+        # ``off`` first: a group between the two assignments is in neither set for a moment,
+        # and the unknown-group path re-checks the registry before it warns.
+        _GATE.off = frozenset(_GATE.groups).difference(enabled)
+        _GATE.enabled = enabled
 
 
 _REGISTRY: Final = _Registry()

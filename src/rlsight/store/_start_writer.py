@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry.sdk.trace import SpanProcessor
 
@@ -47,15 +47,15 @@ class StartRecordProcessor(SpanProcessor):
     the caller pays one attribute check and one queue append; encoding happens off the path.
     """
 
+    #: It may be handed the span itself (rlsight._lean): it only reads it and queues it.
+    reads_span_in_place: Final = True
+
     def __init__(self, batcher: BatchingSpanProcessor) -> None:
         self._batcher = batcher
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         if _is_live(span):
             self._batcher.on_end(span)  # queued now, encoded by the batcher's thread
-
-    def on_end(self, span: ReadableSpan) -> None:
-        return None
 
     def shutdown(self) -> None:
         return None  # the runtime shuts the batcher down on its own deadline

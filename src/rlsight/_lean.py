@@ -39,12 +39,15 @@ from opentelemetry.sdk.trace._tracer_metrics import NoOpTracerMetrics
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import (
+    DEFAULT_TRACE_STATE,
     SpanContext,
     SpanKind,
     TraceFlags,
     get_current_span,
 )
 from opentelemetry.trace.status import Status, StatusCode
+
+from rlsight.store._otlp_json import SPAN_ENCODERS, key_values
 
 __all__ = ["LeanSpan", "LeanStarter"]
 
@@ -54,6 +57,7 @@ _INTERNAL: Final = SpanKind.INTERNAL
 _UNSET: Final = Status(StatusCode.UNSET)
 #: Value types the SDK's cleaning keeps as they are (exact types: a subclass goes through it).
 _PLAIN: Final = frozenset({str, bool, int, float})
+_NO_TRACE_STATE: Final = DEFAULT_TRACE_STATE
 _NO_ITEMS: Final[tuple[Any, ...]] = ()
 #: The SDK's own logger: the warnings a LeanSpan gives are the ones an SDK span gives.
 _sdk_log: Final = logging.getLogger(_sdk.__name__)
@@ -128,9 +132,11 @@ class LeanStarter:
             trace_id = parent.trace_id
             random_id = flags.random_trace_id
             trace_state = parent.trace_state
-        context = SpanContext(trace_id, ids.generate_span_id(), is_remote=False,
-                              trace_flags=_SAMPLED_RANDOM if random_id else _SAMPLED,
-                              trace_state=trace_state)
+        # SpanContext(...) without its checks: both ids are valid (a valid parent's, or the
+        # generator's, which never returns 0) and an absent trace state is the default one.
+        context = tuple.__new__(SpanContext, (
+            trace_id, ids.generate_span_id(), False, _SAMPLED_RANDOM if random_id else _SAMPLED,
+            _NO_TRACE_STATE if trace_state is None else trace_state, True))
         limits = self._limits
         maxlen, max_text = limits.max_span_attributes, limits.max_span_attribute_length
         plain = maxlen is None or len(attributes) <= maxlen
@@ -162,25 +168,21 @@ class LeanStarter:
             span._attributes = attrs
             span._events = BoundedList(limits.max_events)
             span._links = BoundedList(limits.max_links)
-        # ReadableSpan's fields, then Span's: what _Span.__init__ sets for these arguments.
+        # ReadableSpan's fields, then Span's: what _Span.__init__ sets for these arguments
+        # (a LeanSpan has the ones every span shares on its class: see _SHARED).
         span._name = name
         span._context = context
-        span._kind = _INTERNAL
+        span._parent = parent
+        span._lock = threading.Lock()
         span._instrumentation_info = self._info
         span._instrumentation_scope = self._scope
-        span._parent = parent
-        span._start_time = None
-        span._end_time = None
         span._resource = self._resource
-        span._status = _UNSET
         span._sampler = self._sampler
-        span._trace_config = None
-        span._record_exception = True
-        span._set_status_on_exception = True
         span._span_processor = self._processor
         span._limits = limits
-        span._lock = threading.Lock()
-        span._record_end_metrics = None
+        if route is None or not plain:
+            for field, value in _SHARED.items():
+                setattr(span, field, value)
         span.start(start_time=start_time, parent_context=None)
         return span
 
@@ -264,8 +266,15 @@ class LeanSpan(_Span):
             on_end(self)
 
 
-LeanSpan._events = _NO_ITEMS
-LeanSpan._links = _NO_ITEMS
+#: The fields every new span of rlsight's has the same value for; a LeanSpan reads them from
+#: its class until a method sets its own (``set_status``, ``start``, ``end``...).
+_SHARED: Final[dict[str, Any]] = {
+    "_kind": _INTERNAL, "_start_time": None, "_end_time": None, "_status": _UNSET,
+    "_trace_config": None, "_record_exception": True, "_set_status_on_exception": True,
+    "_record_end_metrics": None,
+}
+for _field, _value in {**_SHARED, "_events": _NO_ITEMS, "_links": _NO_ITEMS}.items():
+    setattr(LeanSpan, _field, _value)
 
 
 def _route(processors: Sequence[SpanProcessor]) -> Route | None:
@@ -281,3 +290,56 @@ def _route(processors: Sequence[SpanProcessor]) -> Route | None:
         if kind.on_end is not SpanProcessor.on_end:
             ends.append(proc.on_end)
     return tuple(starts), tuple(ends)
+
+
+def _otlp(span: LeanSpan) -> dict[str, Any]:
+    """``span``'s OTLP/JSON mapping, from its fields: what ``store._otlp_json._span`` returns.
+
+    The store's writer thread runs this once per span; reading fields instead of the SDK's
+    properties (each a call, some a copy) roughly halves that.
+    """
+    ctx = span._context
+    start = span._start_time or 0
+    end = span._end_time
+    attrs = span._attributes
+    out: dict[str, Any] = {
+        "traceId": format(ctx.trace_id, "032x"),
+        "spanId": format(ctx.span_id, "016x"),
+        "name": span._name,
+        "kind": 1,  # SPAN_KIND_INTERNAL: a LeanSpan is never anything else
+        "startTimeUnixNano": str(start),
+        "endTimeUnixNano": str(end or start),
+        "attributes": key_values(attrs),
+    }
+    parent = span._parent
+    if parent is not None:
+        out["parentSpanId"] = format(parent.span_id, "016x")
+    if ctx.trace_state:
+        out["traceState"] = ctx.trace_state.to_header()
+    events = span._events
+    if events:
+        out["events"] = [
+            {"timeUnixNano": str(e.timestamp), "name": e.name, "attributes": key_values(e.attributes)}
+            for e in events
+        ]
+    links = span._links
+    if links:
+        out["links"] = [
+            {
+                "traceId": format(link.context.trace_id, "032x"),
+                "spanId": format(link.context.span_id, "016x"),
+                "attributes": key_values(link.attributes),
+            }
+            for link in links
+        ]
+    status = span._status
+    if status is not _UNSET:
+        code = status.status_code.value
+        if code:
+            out["status"] = {"code": code, "message": status.description or ""}
+    if type(attrs) is not dict and attrs.dropped:
+        out["droppedAttributesCount"] = attrs.dropped
+    return out
+
+
+SPAN_ENCODERS[LeanSpan] = _otlp

@@ -77,6 +77,14 @@ def _int_value(v: int) -> dict[str, Any]:
     return {"intValue": str(v)} if _INT64_MIN <= v <= _INT64_MAX else {"stringValue": str(v)}
 
 
+#: (key, exact type, value) -> its ``KeyValue``, for scalar attributes: most repeat on every
+#: span (group, bucket, thread id, model), and the serialiser writes a shared dict as it
+#: would a fresh one. Cleared when full, so its size stays bounded whatever the values.
+_KV_CACHE: dict[tuple[str, type, object], dict[str, Any]] = {}
+_KV_CACHE_MAX = 4096
+_CACHED_TYPES = frozenset({str, int, bool})
+
+
 def key_values(attrs: Mapping[str, object] | None) -> list[dict[str, Any]]:
     """Attributes as a list of OTLP ``KeyValue``."""
     if not attrs:
@@ -84,14 +92,40 @@ def key_values(attrs: Mapping[str, object] | None) -> list[dict[str, Any]]:
     # The SDK's BoundedAttributes is a MutableMapping whose items() walks Python-level
     # __iter__/__getitem__; its plain dict, where present, is several times faster to walk.
     plain = getattr(attrs, "_dict", attrs)
-    return [{"key": k, "value": any_value(v)} for k, v in plain.items()]
+    cache = _KV_CACHE
+    out = []
+    for k, v in plain.items():
+        kind = type(v)
+        if kind in _CACHED_TYPES:
+            ck = (k, kind, v)
+            kv = cache.get(ck)
+            if kv is None:
+                if len(cache) >= _KV_CACHE_MAX:
+                    cache.clear()
+                kv = cache[ck] = {"key": k, "value": any_value(v)}
+            out.append(kv)
+        else:
+            out.append({"key": k, "value": any_value(v)})
+    return out
 
 
 def _resource(resource: Resource) -> dict[str, Any]:
     return {"attributes": key_values(resource.attributes)}
 
 
+#: Span classes that map themselves faster than :func:`_span` can from the public API
+#: (rlsight._lean registers its LeanSpan); each must return exactly what ``_span`` would.
+SPAN_ENCODERS: dict[type, Callable[[Any], dict[str, Any]]] = {}
+
+
 def _span(span: ReadableSpan) -> dict[str, Any]:
+    encode = SPAN_ENCODERS.get(type(span))
+    if encode is not None:
+        return encode(span)
+    return _sdk_span(span)
+
+
+def _sdk_span(span: ReadableSpan) -> dict[str, Any]:
     # Runs once per span on the store's thread, which must keep up with every app thread
     # together: each SDK property is read once (``events`` and ``links`` copy on each read).
     ctx = span.context

@@ -62,8 +62,15 @@ _NO_ITEMS: Final[tuple[Any, ...]] = ()
 #: The SDK's own logger: the warnings a LeanSpan gives are the ones an SDK span gives.
 _sdk_log: Final = logging.getLogger(_sdk.__name__)
 
-#: (on_start callables, on_end callables) of the processors a LeanSpan calls directly.
-Route = tuple[tuple[Callable[..., object], ...], tuple[Callable[[Any], object], ...]]
+#: How a LeanSpan reaches the provider's processors: their ``on_start`` methods; their
+#: ``on_end`` methods when all are rlsight's (each takes the span itself); else ``None`` there
+#: and, last, the ``_on_ending`` methods of the others and every ``on_end`` with whether it
+#: wants a ``ReadableSpan`` copy (a processor that is not rlsight's: the SDK gives it one).
+Route = tuple[
+    tuple[Callable[..., object], ...],
+    tuple[Callable[[Any], object], ...],
+    "tuple[tuple[Callable[[Any], object], ...], tuple[tuple[Callable[[Any], object], bool], ...]] | None",
+]
 
 
 def _default_sampler(sampler: object) -> bool:
@@ -111,9 +118,9 @@ class LeanStarter:
         self._info = tracer.instrumentation_info
         self._sampler = tracer.sampler
         self._seen: object = None
-        self._route: Route | None = None
+        self._route: Route = ((), (), None)
 
-    def start(self, name: str, attributes: Mapping[str, Any], start_time: int | None) -> _Span | None:
+    def start(self, name: str, attributes: Mapping[str, Any], start_time: int | None) -> LeanSpan | None:
         """A started SDK span, or ``None`` where the tracer must decide (see the module doc).
 
         ``attributes`` (cleaned by rlsight) may become the span's own dict: do not reuse it.
@@ -149,25 +156,16 @@ class LeanStarter:
                     break
         processors = getattr(self._processor, "_span_processors", None)
         if processors is not self._seen:  # a tuple the SDK replaces when one is added
-            self._route = _route(processors) if isinstance(processors, tuple) else None
+            self._route = _route(processors if isinstance(processors, tuple) else (self._processor,))
             self._seen = processors
-        route = self._route
-        span: _Span
-        if route is not None and plain:
-            span = object.__new__(LeanSpan)
-            span._route = route  # type: ignore[attr-defined]
-            # Already what the SDK's cleaning would keep; the caller hands the dict over.
+        span = object.__new__(LeanSpan)
+        span._route = self._route
+        if plain:  # already what the SDK's cleaning would keep; the caller hands the dict over
             span._attributes = attributes if type(attributes) is dict else dict(attributes)
         else:
             attrs = BoundedAttributes(maxlen, None, immutable=False, max_value_len=max_text)
-            if plain:
-                attrs._dict.update(attributes)
-            elif attributes:
-                attrs._set_items(attributes)
-            span = object.__new__(_Span)
+            attrs._set_items(attributes)
             span._attributes = attrs
-            span._events = BoundedList(limits.max_events)
-            span._links = BoundedList(limits.max_links)
         # ReadableSpan's fields, then Span's: what _Span.__init__ sets for these arguments
         # (a LeanSpan has the ones every span shares on its class: see _SHARED).
         span._name = name
@@ -180,9 +178,6 @@ class LeanStarter:
         span._sampler = self._sampler
         span._span_processor = self._processor
         span._limits = limits
-        if route is None or not plain:
-            for field, value in _SHARED.items():
-                setattr(span, field, value)
         span.start(start_time=start_time, parent_context=None)
         return span
 
@@ -227,7 +222,7 @@ class LeanSpan(_Span):
         with self._lock:
             if self._end_time is None:
                 if self._events is _NO_ITEMS:
-                    self._events = _sdk.BoundedList(self._limits.max_events)
+                    self._events = BoundedList(self._limits.max_events)
                 self._events.append(event)
                 return
         _sdk_log.warning("Tried calling %s on an ended span.", "_add_event")
@@ -236,7 +231,7 @@ class LeanSpan(_Span):
         with self._lock:
             if self._end_time is None:
                 if self._links is _NO_ITEMS:
-                    self._links = _sdk.BoundedList(self._limits.max_links)
+                    self._links = BoundedList(self._limits.max_links)
                 self._links.append(link)
                 return
         _sdk_log.warning("Tried calling %s on an ended span.", "_add_link")
@@ -246,7 +241,7 @@ class LeanSpan(_Span):
             if self._start_time is not None:
                 _sdk_log.warning("Calling start() on a started span.")
                 return
-            self._start_time = start_time if start_time is not None else _sdk.time_ns()
+            self._start_time = start_time if start_time is not None else _sdk.time_ns()  # type: ignore[attr-defined]
         for on_start in self._route[0]:
             on_start(self, parent_context=parent_context)
 
@@ -257,13 +252,22 @@ class LeanSpan(_Span):
             if self._end_time is not None:
                 _sdk_log.warning("Calling end() on an ended span.")
                 return
-            self._end_time = end_time if end_time is not None else _sdk.time_ns()
-            attrs = self._attributes
+            self._end_time = end_time if end_time is not None else _sdk.time_ns()  # type: ignore[attr-defined]
+            attrs: Any = self._attributes
             if type(attrs) is not dict:
                 attrs._immutable = True
-        # The span itself, not a ReadableSpan copy: nothing can change it once ended.
-        for on_end in self._route[1]:
-            on_end(self)
+        _, ends, mixed = self._route
+        if mixed is None:
+            # The span itself, not a ReadableSpan copy: nothing can change it once ended.
+            for on_end in ends:
+                on_end(self)
+            return
+        endings, pairs = mixed
+        for on_ending in endings:
+            on_ending(self)
+        readable = self._readable_span()  # one copy for every processor that is not ours
+        for on_end, copy in pairs:
+            on_end(readable if copy else self)
 
 
 #: The fields every new span of rlsight's has the same value for; a LeanSpan reads them from
@@ -277,19 +281,24 @@ for _field, _value in {**_SHARED, "_events": _NO_ITEMS, "_links": _NO_ITEMS}.ite
     setattr(LeanSpan, _field, _value)
 
 
-def _route(processors: Sequence[SpanProcessor]) -> Route | None:
-    """How a LeanSpan reaches ``processors``, or ``None`` if one of them is not rlsight's."""
+def _route(processors: Sequence[SpanProcessor]) -> Route:
+    """How a LeanSpan reaches ``processors``, in their order (see :data:`Route`)."""
     starts: list[Callable[..., object]] = []
-    ends: list[Callable[[Any], object]] = []
+    ends: list[tuple[Callable[[Any], object], bool]] = []
+    endings: list[Callable[[Any], object]] = []
     for proc in processors:
         kind = type(proc)
-        if not getattr(kind, "reads_span_in_place", False):
-            return None
-        if kind.on_start is not SpanProcessor.on_start:  # a no-op it does not override is skipped
+        own = bool(getattr(kind, "reads_span_in_place", False))
+        if not own or kind.on_start is not SpanProcessor.on_start:  # skip a no-op of rlsight's
             starts.append(proc.on_start)
-        if kind.on_end is not SpanProcessor.on_end:
-            ends.append(proc.on_end)
-    return tuple(starts), tuple(ends)
+        if not own:
+            endings.append(proc._on_ending)
+            ends.append((proc.on_end, True))
+        elif kind.on_end is not SpanProcessor.on_end:
+            ends.append((proc.on_end, False))
+    if not endings:
+        return tuple(starts), tuple(on_end for on_end, _ in ends), None
+    return tuple(starts), (), (tuple(endings), tuple(ends))
 
 
 def _otlp(span: LeanSpan) -> dict[str, Any]:
@@ -298,10 +307,10 @@ def _otlp(span: LeanSpan) -> dict[str, Any]:
     The store's writer thread runs this once per span; reading fields instead of the SDK's
     properties (each a call, some a copy) roughly halves that.
     """
-    ctx = span._context
+    ctx: Any = span._context
     start = span._start_time or 0
     end = span._end_time
-    attrs = span._attributes
+    attrs: Any = span._attributes
     out: dict[str, Any] = {
         "traceId": format(ctx.trace_id, "032x"),
         "spanId": format(ctx.span_id, "016x"),

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk import trace as sdk_trace
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import NonRecordingSpan, SpanContext, StatusCode, TraceFlags
 
@@ -144,3 +145,108 @@ def test_lean_path_steps_aside_for_a_non_default_sampler() -> None:
 
     provider = sdk_trace.TracerProvider(sampler=TraceIdRatioBased(0.5), shutdown_on_exit=False)
     assert not LeanStarter(provider.get_tracer("t")).usable
+
+
+def _stored_by_name(run_dir: Path) -> dict[str, dict[str, object]]:
+    return {json.loads(line[line.index('{"traceId"'):])["name"]: json.loads(line[line.index('{"traceId"'):])
+            for line in _stored_spans(run_dir)}
+
+
+def test_foreign_and_lean_spans_parent_each_other_and_carriers_name_the_lean_span(
+        tmp_path: Path) -> None:
+    """A user's span under an rlsight span, an rlsight span under it, a carrier made inside."""
+    from opentelemetry.propagate import inject
+
+    tel = rlsight.setup_telemetry(TelemetryConfig(run_dir=str(tmp_path), span_groups=["all"]))
+    try:
+        assert tel._lean is not None
+        provider = tel._tracer_provider
+        assert provider is not None
+        user = provider.get_tracer("user.code")
+        with span(RL.GENERATION, "rl.outer") as outer:
+            assert isinstance(outer, LeanSpan) and trace.get_current_span() is outer
+            carrier: dict[str, str] = {}
+            inject(carrier)
+            with user.start_as_current_span("user.middle") as middle:
+                assert not isinstance(middle, LeanSpan)
+                with span(RL.REWARD, "rl.inner") as inner:
+                    assert isinstance(inner, LeanSpan)
+    finally:
+        rlsight.shutdown_telemetry()
+    stored = _stored_by_name(tmp_path)
+    outer_id, middle_id = stored["rl.outer"]["spanId"], stored["user.middle"]["spanId"]
+    assert stored["user.middle"]["parentSpanId"] == outer_id
+    assert stored["rl.inner"]["parentSpanId"] == middle_id
+    assert len({s["traceId"] for s in stored.values()}) == 1
+    assert carrier["traceparent"] == f"00-{stored['rl.outer']['traceId']}-{outer_id}-03"
+
+
+class _Recorder(SpanProcessor):
+    """A processor the user added: it must see what the SDK would show it."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.ended: list[ReadableSpan] = []
+        self.ending: list[str] = []
+
+    def on_start(self, span: sdk_trace.Span, parent_context: object = None) -> None:
+        self.started.append(span.name)
+        span.set_attribute("user.tag", "on-start")  # processors may stamp attributes
+
+    def _on_ending(self, span: sdk_trace.Span) -> None:
+        self.ending.append(span.name)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.ended.append(span)
+
+
+def test_a_processor_added_to_the_provider_later_sees_every_span_after_it(tmp_path: Path) -> None:
+    tel = rlsight.setup_telemetry(TelemetryConfig(run_dir=str(tmp_path), span_groups=["all"]))
+    try:
+        with span(RL.GENERATION, "rl.before"):
+            pass
+        recorder = _Recorder()
+        provider = tel._tracer_provider
+        assert provider is not None
+        provider.add_span_processor(recorder)
+        with span(RL.GENERATION, "rl.after", batch_size=4) as s:
+            s.add_event("chunk", {"n": 1})
+    finally:
+        rlsight.shutdown_telemetry()
+    assert recorder.started == recorder.ending == ["rl.after"]
+    [ended] = recorder.ended
+    # A ReadableSpan copy, as the SDK hands it over, with everything on it.
+    assert type(ended) is ReadableSpan
+    assert dict(ended.attributes or {})["user.tag"] == "on-start"
+    assert dict(ended.attributes or {})["rl.batch_size"] == 4
+    assert [e.name for e in ended.events] == ["chunk"] and ended.end_time is not None
+    stored = _stored_by_name(tmp_path)
+    assert set(stored) == {"rl.before", "rl.after"}
+    assert {"key": "user.tag", "value": {"stringValue": "on-start"}} in stored["rl.after"]["attributes"]
+
+
+def test_an_ended_lean_span_refuses_changes_as_an_sdk_span_does(caplog: pytest.LogCaptureFixture) -> None:
+    provider = sdk_trace.TracerProvider(shutdown_on_exit=False)
+    s = LeanStarter(provider.get_tracer("t")).start("x", {"a": 1}, None)
+    assert s is not None
+    s.end()
+    s.set_attribute("late", 1)
+    s.add_event("late")
+    s.set_status(StatusCode.ERROR, "late")
+    s.end()
+    assert dict(s.attributes or {}) == {"a": 1} and s.events == ()
+    assert s.status.status_code is StatusCode.UNSET
+    assert [r.getMessage() for r in caplog.records] == [
+        "Setting attribute on ended span.", "Tried calling _add_event on an ended span.",
+        "Tried calling set_status on an ended span.", "Calling end() on an ended span."]
+
+
+def test_repeated_attribute_values_encode_by_their_own_type() -> None:
+    """The store's KeyValue cache never gives 1 for True, 0.0 for -0.0, or a stale value."""
+    from rlsight.store._otlp_json import key_values
+
+    seen = [key_values({"k": v}) for v in (True, 1, 1.0, -0.0, 0.0, "1", 1, True)]
+    values = [json.dumps(kv[0]["value"]) for kv in seen]
+    assert values == ['{"boolValue": true}', '{"intValue": "1"}', '{"doubleValue": 1.0}',
+                      '{"doubleValue": -0.0}', '{"doubleValue": 0.0}', '{"stringValue": "1"}',
+                      '{"intValue": "1"}', '{"boolValue": true}']

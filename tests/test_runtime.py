@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from rlsight._span_manager import NOOP
 from rlsight.config import TelemetryConfig
 from rlsight.errors import ConfigError, RlsightWarning, TelemetryStateError
 from rlsight.groups import is_span_group_enabled
@@ -26,7 +27,7 @@ from rlsight.runtime import (
     setup_telemetry,
     shutdown_telemetry,
 )
-from rlsight.spans import _NOOP, span
+from rlsight.spans import span
 from rlsight.store import read_manifest, read_spans
 
 
@@ -61,7 +62,7 @@ class TestSettingsPrecedence:
         monkeypatch.setenv("RLSIGHT_ENABLED", "false")
         telemetry = setup_telemetry(TelemetryConfig(run_id="r", run_dir=str(run_dir)))
         assert not telemetry.config.enabled and active_runtime() is None
-        assert span("training", "rl.test.off") is _NOOP
+        assert span("training", "rl.test.off") is NOOP
 
     def test_rlsight_span_groups_narrow_a_code_config(
         self, run_dir: Path, monkeypatch: pytest.MonkeyPatch
@@ -112,7 +113,7 @@ class TestSetup:
         telemetry = setup_telemetry(_config(run_dir, enabled=False))
         assert active_runtime() is None
         assert not telemetry.materialized
-        assert span("generation", "rl.test.off") is _NOOP
+        assert span("generation", "rl.test.off") is NOOP
         assert not run_dir.exists()
 
     def test_unwritable_run_dir_is_a_config_error(self, tmp_path: Path) -> None:
@@ -372,7 +373,7 @@ class TestShutdown:
         report = shutdown_telemetry()
         assert not report.timed_out and report.dropped_total == 0
         assert active_runtime() is None
-        assert span("generation", "rl.test.after") is _NOOP
+        assert span("generation", "rl.test.after") is NOOP
 
     def test_shutdown_twice_is_harmless(self, run_dir: Path) -> None:
         telemetry = setup_telemetry(_config(run_dir))

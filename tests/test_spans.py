@@ -13,10 +13,10 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
+from rlsight._span_manager import NOOP
 from rlsight.buckets import bucket_scope, per_prompt_scope
 from rlsight.errors import RlsightWarning
 from rlsight.spans import (
-    _NOOP,
     declare_efficiency_categories,
     declared_efficiency_categories,
     efficiency_span,
@@ -55,7 +55,7 @@ class TestGate:
     def test_disabled_span_returns_the_shared_noop(self) -> None:
         with capture_telemetry(span_groups=["minimal"]) as cap:
             helper = span("generation", "rl.test.off", batch_size=8)
-            assert helper is _NOOP
+            assert helper is NOOP
             with helper as s:
                 assert not s.is_recording()
             assert cap.spans() == ()
@@ -76,13 +76,13 @@ class TestGate:
     )
     def test_every_disabled_helper_returns_the_shared_noop(self, make: Any) -> None:
         with capture_telemetry(span_groups=["generation"]) as cap:
-            assert make() is _NOOP
+            assert make() is NOOP
             assert cap.spans() == ()
 
     def test_every_helper_is_noop_without_a_runtime(self) -> None:
-        assert span("generation", "rl.test.none") is _NOOP
-        assert setup_span("ray") is _NOOP
-        assert efficiency_span("idle/barrier") is _NOOP
+        assert span("generation", "rl.test.none") is NOOP
+        assert setup_span("ray") is NOOP
+        assert efficiency_span("idle/barrier") is NOOP
 
     def test_disabled_traced_function_runs_without_a_span(self) -> None:
         @traced("generation")
@@ -712,7 +712,7 @@ class TestNamedHelpers:
     def test_setup_span_with_setup_off_is_the_shared_noop_and_records_nothing(self) -> None:
         """Issue #18: a disabled group costs one set-membership test, setup_span included."""
         with capture_telemetry(span_groups=["generation"]) as cap:
-            assert setup_span("ray") is _NOOP
+            assert setup_span("ray") is NOOP
             with setup_span("ray"):
                 pass
             assert cap.spans() == ()
@@ -761,8 +761,8 @@ class TestEfficiency:
         category = f"idle/undeclared_{uuid.uuid4().hex[:6]}"
         with pytest.warns(RlsightWarning, match="never declared"):
             helper = efficiency_span(category)
-        assert helper is _NOOP
-        assert efficiency_span(category) is _NOOP  # no second warning
+        assert helper is NOOP
+        assert efficiency_span(category) is NOOP  # no second warning
         assert capture.spans() == ()
 
     def test_declared_category_is_emitted(self, capture: Capture) -> None:
@@ -970,7 +970,7 @@ class TestUnknownGroups:
 
     def test_a_registered_but_disabled_group_does_not_warn(self, run_dir: Any) -> None:
         with capture_telemetry(run_dir=run_dir, span_groups=("minimal",)), warnings_as_errors():
-            assert span("training", "rl.test.off") is _NOOP
+            assert span("training", "rl.test.off") is NOOP
 
     def test_an_empty_span_groups_list_warns_at_setup(self, run_dir: Any) -> None:
         from rlsight import TelemetryConfig, setup_telemetry, shutdown_telemetry

@@ -4,7 +4,7 @@ Profiling an enabled ``span()`` (issue #16) showed about half its start in work 
 rlsight's spans under the provider rlsight builds, always gives the same answer: asking the
 default ``ParentBased(ALWAYS_ON)`` sampler (it samples unless the parent was not sampled),
 the tracer's self-metrics (a no-op unless enabled) and re-validating attributes that
-:func:`rlsight.spans._clean_attributes` already reduced to scalars. :class:`LeanStarter`
+:func:`rlsight._span_manager.clean_attributes` already reduced to scalars. :class:`LeanStarter`
 builds the very same SDK ``Span`` object the tracer would (same class, same fields, same
 processors, same id generator calls in the same order), so the store, the OTLP exporters and
 every span processor see nothing different; only the redundant checks are skipped.
@@ -43,10 +43,10 @@ from opentelemetry.trace import (
     SpanContext,
     SpanKind,
     TraceFlags,
-    get_current_span,
 )
 from opentelemetry.trace.status import Status, StatusCode
 
+from rlsight._current import current_span
 from rlsight.store._otlp_json import SPAN_ENCODERS, key_values
 
 __all__ = ["LeanSpan", "LeanStarter"]
@@ -126,7 +126,7 @@ class LeanStarter:
         ``attributes`` (cleaned by rlsight) may become the span's own dict: do not reuse it.
         """
         ids = self._ids
-        parent: SpanContext | None = get_current_span().get_span_context()
+        parent: SpanContext | None = current_span().get_span_context()
         if parent is None or not parent.is_valid:
             parent = None
             trace_id = ids.generate_trace_id()

@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from typing import Final
 
 from rlsight._semconv import DISCARD_COUNT, DISCARD_GROUP_IDS, DISCARD_REASON, DISCARD_SPAN
+from rlsight._span_manager import LiveSpan
 from rlsight.groups import _GATE, RL
-from rlsight.spans import _LiveSpan
 
 __all__ = ["discard"]
 
@@ -53,5 +53,5 @@ def discard(group_ids: Iterable[str | int] | str | int, reason: str, /) -> None:
         DISCARD_REASON: reason,
         DISCARD_COUNT: len(ids),
     }
-    with _LiveSpan(_GROUP, DISCARD_SPAN, attrs, clean=False):
+    with LiveSpan(_GROUP, DISCARD_SPAN, attrs, clean=False):
         pass

@@ -13,7 +13,6 @@ status ``"Type: message"``) and re-raised unchanged.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 import threading
@@ -22,29 +21,25 @@ from collections.abc import Callable, Generator, Mapping
 from types import TracebackType
 from typing import Any, Final, TypeVar, cast
 
-from opentelemetry import context as _context
 from opentelemetry import trace as _trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.trace import Span
 
 from rlsight import runtime as _runtime
-from rlsight._redact import REDACTED, REDACTED_KEYS, is_content, is_content_key, scrub
+from rlsight._redact import REDACTED_KEYS
 from rlsight._resume import attached_agen_function, attached_gen
 from rlsight._semconv import (
-    BUCKET,
     CONCURRENT,
-    EFFICIENCY_CATEGORY,
     EFFICIENCY_MEASUREMENT,
     EFFICIENCY_SPAN_PREFIX,
     JOB_SPAN,
     LOAD_MODEL_SPAN,
     SETUP_SPAN_PREFIX,
-    SPAN_GROUP,
     STARTUP_SPAN,
     STEP_SPAN,
-    THREAD_ID,
 )
-from rlsight.buckets import Bucket, _bucket_override, _per_prompt
+from rlsight._span_manager import NOOP, LiveSpan, clean_attributes
+from rlsight.buckets import Bucket, _per_prompt
 from rlsight.errors import warn_once
 from rlsight.groups import _GATE, RL
 from rlsight.span_context import SpanContextManager
@@ -71,252 +66,8 @@ __all__ = [
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_SCALARS: Final = (str, bool, int, float)
-_INVALID: Final = _trace.INVALID_SPAN
 _PER_PROMPT: Final = RL.PER_PROMPT
 _EFFICIENCY_GROUP: Final = RL.EFFICIENCY
-
-
-class _NoopSpan:
-    """What a disabled helper returns: a context manager that does nothing, shared by all."""
-
-    __slots__ = ()
-
-    def __enter__(self) -> Span:
-        return _INVALID
-
-    # Three named parameters, not ``*exc``: packing a tuple on every disabled ``with`` costs
-    # more than the rest of the call.
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        return None
-
-    async def __aenter__(self) -> Span:
-        return _INVALID
-
-    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
-        return None
-
-
-_NOOP: Final = _NoopSpan()
-
-
-def _clean_attributes(attributes: Mapping[str, Any], stacklevel: int = 4) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in attributes.items():
-        if value is None:
-            continue
-        full = key if "." in key else "rl." + key
-        if is_content_key(full) and is_content(value):
-            out[full] = REDACTED
-        elif isinstance(value, _SCALARS):
-            out[full] = value
-        elif isinstance(value, (list, tuple)) and all(isinstance(v, _SCALARS) for v in value):
-            out[full] = tuple(value)
-        elif callable(getattr(value, "item", None)) and _scalar_item(value) is not None:
-            out[full] = _scalar_item(value)  # numpy / torch scalars
-        else:
-            warn_once(
-                f"span-attr-type:{full}",
-                f"rlsight: span attribute {full!r} has type {type(value).__name__}; attributes "
-                "must be str, bool, int, float or a list of those (or a 0-d tensor). It is dropped",
-                stacklevel=stacklevel,
-            )
-    return out
-
-
-def _scalar_item(value: Any) -> str | bool | int | float | None:
-    """``value.item()`` when that is a scalar; ``None`` for arrays with several elements."""
-    try:
-        item = value.item()
-    except (TypeError, ValueError, RuntimeError):
-        return None
-    return item if isinstance(item, _SCALARS) else None
-
-
-def _scrubbed_exception(exc: BaseException) -> dict[str, str]:
-    """The message and stack trace OTel would record, with secrets scrubbed (``scrub``)."""
-    import traceback
-
-    return {
-        "exception.message": scrub(str(exc)),
-        "exception.stacktrace": scrub("".join(traceback.format_exception(exc))),
-    }
-
-
-def _describe(exc: BaseException) -> str:
-    """``"Type: message"``, or just the type when the message itself cannot be built."""
-    try:
-        return f"{type(exc).__name__}: {exc}"
-    except Exception:
-        return type(exc).__name__
-
-
-class _LiveSpan:
-    """An enabled span: started on enter, ended on exit, context attached in between."""
-
-    __slots__ = (
-        "_attrs", "_bucket", "_category", "_clean", "_depth", "_group", "_name", "_span", "_token",
-    )
-
-    def __init__(
-        self,
-        group: str,
-        name: str,
-        attrs: Mapping[str, Any] | None,
-        *,
-        umbrella: bool = False,
-        bucket: Bucket | None = None,
-        category: str | None = None,
-        clean: bool = True,
-    ) -> None:
-        self._group = group
-        self._clean = clean
-        self._name = name
-        self._attrs = attrs
-        self._category = category
-        if umbrella:
-            self._bucket = None
-            if attrs and ("bucket" in attrs or BUCKET in attrs):
-                _warn_umbrella_bucket(group, name)
-        elif bucket is not None:
-            self._bucket = bucket
-        else:
-            explicit = _explicit_bucket(attrs, name) if attrs else None
-            if explicit is not None:
-                # An explicit bucket wins over the group's and over bucket_scope (#9.4).
-                self._bucket = explicit
-            else:
-                meta = _GATE.groups.get(group)
-                self._bucket = meta.bucket if meta is not None else None
-                if self._bucket is not None:
-                    self._bucket = _bucket_override.get() or self._bucket
-        self._span: Span | None = None
-        self._token: object = None
-        self._depth = 0
-
-    def start(self, start_time: int | None = None) -> Span | None:
-        """Start the span without attaching it (generator wrappers attach per resume).
-
-        ``start_time`` (ns since the epoch) places a span measured elsewhere (``record_span``).
-        """
-        rt = _runtime._ACTIVE
-        if rt is None:
-            return None
-        try:
-            group, bucket = self._group, self._bucket
-            if _per_prompt.get():
-                if _PER_PROMPT not in _GATE.enabled:
-                    return None
-                # Relabelled for volume gating only: the work is still what its own group
-                # says (a reward call is productive), so a fleet that works per prompt (an
-                # environment service) shows its utilisation when per_prompt is on.
-                group = _PER_PROMPT
-            if not self._attrs:
-                attrs = {}
-            elif self._clean:
-                attrs = _clean_attributes(self._attrs)
-            else:  # cleaned once when a decorator was applied
-                attrs = dict(self._attrs)
-            attrs[SPAN_GROUP] = group
-            attrs[THREAD_ID] = threading.get_native_id()
-            if bucket is not None:
-                attrs[BUCKET] = bucket.value
-            elif BUCKET in attrs:  # an invalid explicit value (warned) or an umbrella's
-                del attrs[BUCKET]
-            if self._category is not None:
-                attrs[EFFICIENCY_CATEGORY] = self._category
-            self._span = rt._start_span(self._name, attrs, start_time)
-        except Exception as exc:
-            rt.report_internal_error("span-start", exc)
-            return None
-        return self._span
-
-    def __enter__(self) -> Span:
-        if self._span is not None:  # the same object entered again inside its own block
-            self._depth += 1
-            return self._span
-        span = self.start()
-        if span is None:
-            return _INVALID
-        self._token = _context.attach(_trace.set_span_in_context(span))
-        return span
-
-    def finish(self, exc: BaseException | None) -> None:
-        """Record ``exc`` (an :class:`Exception` only) and end the span."""
-        span = self._span
-        if span is None:
-            return
-        try:
-            if isinstance(exc, Exception):
-                # The exception's own __str__ may raise; that must not replace the user's
-                # exception, and the status below still names its type.
-                with contextlib.suppress(Exception):
-                    span.record_exception(exc, attributes=_scrubbed_exception(exc))
-                span.set_status(Status(StatusCode.ERROR, scrub(_describe(exc))))
-        finally:
-            span.end()
-        if self._category is not None:
-            rt = _runtime._ACTIVE
-            start, end = getattr(span, "start_time", None), getattr(span, "end_time", None)
-            if rt is not None and start is not None and end is not None:
-                rt.add_efficiency_seconds(self._category, (end - start) / 1e9)
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._depth:
-            self._depth -= 1
-            return None
-        if self._span is None:
-            return None
-        try:
-            self.finish(exc)
-        finally:
-            token, self._token = self._token, None
-            self._span = None  # entering the object again starts a new span
-            if token is not None:
-                _context.detach(token)  # type: ignore[arg-type]
-        return None
-
-    async def __aenter__(self) -> Span:
-        return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        return self.__exit__(exc_type, exc, tb)
-
-
-def _explicit_bucket(attrs: Mapping[str, Any], name: str) -> Bucket | None:
-    """The bucket a caller set with ``bucket=`` (or ``rl.bucket``); warns once if invalid."""
-    raw = attrs.get("bucket", attrs.get(BUCKET))
-    if raw is None:
-        return None
-    try:
-        return Bucket(raw)
-    except ValueError:
-        warn_once(
-            f"span-bucket-invalid:{raw!r}",
-            f"rlsight: span {name!r} has bucket={raw!r}, which is not a bucket; use one of "
-            "productive, overhead, idle, wasted (or rlsight.Bucket). The group's bucket is used",
-            stacklevel=4,
-        )
-        return None
-
-
-def _warn_umbrella_bucket(group: str, name: str) -> None:
-    warn_once(
-        f"umbrella-bucket:{group}",
-        f"rlsight: umbrella span {name!r} (group {group!r}) was given a bucket; umbrella spans "
-        "structure the trace and carry none. Open a leaf span with span(...) inside it instead",
-        stacklevel=4,
-    )
 
 
 def _warn_unknown_group(group: str) -> None:
@@ -363,17 +114,17 @@ def span(group: str, name: str, /, **attributes: Any) -> SpanContextManager:
     # One set test for a registered group that is off; no keyword-only parameters here:
     # each one costs the disabled call ~10 ns.
     if group in _GATE.off:
-        return _NOOP
+        return NOOP
     enabled = _GATE.enabled
     if group not in enabled:
         if group not in _GATE.groups:
             _warn_unknown_group(group)
-        return _NOOP
+        return NOOP
     if _PER_PROMPT not in enabled and _per_prompt.get():
-        return _NOOP
+        return NOOP
     if group == _EFFICIENCY_GROUP and "bucket" not in attributes:
         _warn_efficiency_group(name)
-    return _LiveSpan(group, name, attributes)
+    return LiveSpan(group, name, attributes)
 
 
 def record_span(group: str, name: str, start: float, end: float, /, **attributes: Any) -> None:
@@ -402,7 +153,7 @@ def record_span(group: str, name: str, start: float, end: float, /, **attributes
             stacklevel=2,
         )
         return
-    live = _LiveSpan(group, name, attributes)
+    live = LiveSpan(group, name, attributes)
     started = live.start(int(start * 1e9))
     if started is None:
         return
@@ -423,25 +174,25 @@ def umbrella_span(group: str, name: str, /, **attributes: Any) -> SpanContextMan
     if group not in _GATE.enabled:
         if group not in _GATE.groups:
             _warn_unknown_group(group)
-        return _NOOP
-    return _LiveSpan(group, name, attributes, umbrella=True)
+        return NOOP
+    return LiveSpan(group, name, attributes, umbrella=True)
 
 
 def job_span(**attributes: Any) -> SpanContextManager:
     """The run's root span, ``rl.job``; open it once in the driver around everything."""
     if RL.JOB not in _GATE.enabled:
-        return _NOOP
-    return _LiveSpan(RL.JOB, JOB_SPAN, attributes, umbrella=True)
+        return NOOP
+    return LiveSpan(RL.JOB, JOB_SPAN, attributes, umbrella=True)
 
 
 def startup_span() -> SpanContextManager:
     """``rl.startup``: the umbrella over everything before step 1 (Ray init, workers, fill)."""
     if RL.STARTUP not in _GATE.enabled:
-        return _NOOP
-    return _LiveSpan(RL.STARTUP, STARTUP_SPAN, None, umbrella=True)
+        return NOOP
+    return LiveSpan(RL.STARTUP, STARTUP_SPAN, None, umbrella=True)
 
 
-class _StepSpan(_LiveSpan):
+class _StepSpan(LiveSpan):
     __slots__ = ("_step",)
 
     def __init__(self, step: int, attrs: Mapping[str, Any]) -> None:
@@ -479,7 +230,7 @@ def step_span(step: int, /, **attributes: Any) -> SpanContextManager:
     if RL.STEP not in _GATE.enabled:
         if rt is not None:
             rt.current_step = int(step)
-        return _NOOP
+        return NOOP
     attributes["step"] = int(step)
     return _StepSpan(int(step), attributes)
 
@@ -492,9 +243,9 @@ def load_model_span(backend: str, /, **attributes: Any) -> SpanContextManager:
             as ``rl.backend`` so backends can be compared.
     """
     if RL.SETUP not in _GATE.enabled:
-        return _NOOP
+        return NOOP
     attributes["backend"] = backend
-    return _LiveSpan(RL.SETUP, LOAD_MODEL_SPAN, attributes, umbrella=True)
+    return LiveSpan(RL.SETUP, LOAD_MODEL_SPAN, attributes, umbrella=True)
 
 
 class _SetupSpan:
@@ -504,7 +255,7 @@ class _SetupSpan:
 
     def __init__(self, phase: str) -> None:
         self._phase = phase
-        self._inner = _LiveSpan(RL.SETUP, SETUP_SPAN_PREFIX + phase, None, umbrella=True)
+        self._inner = LiveSpan(RL.SETUP, SETUP_SPAN_PREFIX + phase, None, umbrella=True)
         self._t0 = 0.0
 
     def __enter__(self) -> Span:
@@ -551,7 +302,7 @@ def setup_span(phase: str) -> SpanContextManager:
             of the span name and the ``phase`` metric attribute, so keep it bounded.
     """
     if RL.SETUP not in _GATE.enabled:
-        return _NOOP
+        return NOOP
     return _SetupSpan(phase)
 
 
@@ -630,7 +381,7 @@ def efficiency_span(category: str, *, concurrent: bool = False) -> SpanContextMa
             controller's seconds away from the step's own spans.
     """
     if RL.EFFICIENCY not in _GATE.enabled:
-        return _NOOP
+        return NOOP
     declared = _EFFICIENCY.get(category)
     if declared is None:
         warn_once(
@@ -639,9 +390,9 @@ def efficiency_span(category: str, *, concurrent: bool = False) -> SpanContextMa
             f"declare_efficiency_categories({category!r}) at import. The span is skipped",
             stacklevel=2,
         )
-        return _NOOP
+        return NOOP
     name, bucket = declared
-    return _LiveSpan(RL.EFFICIENCY, name, _CONCURRENT_MEASUREMENT if concurrent else _SPAN_MEASUREMENT,
+    return LiveSpan(RL.EFFICIENCY, name, _CONCURRENT_MEASUREMENT if concurrent else _SPAN_MEASUREMENT,
                      bucket=bucket, category=category)
 
 
@@ -700,10 +451,10 @@ declare_efficiency_categories(*BUILTIN_UNBUCKETED_EFFICIENCY_CATEGORIES, buckete
 def _wrap(fn: F, group: str, name: str, attrs: Mapping[str, Any], umbrella: bool) -> F:
     # Fixed attributes are validated and redacted once, here; a bad one warns at the
     # decorator's line rather than on every call.
-    fixed = _clean_attributes(attrs, stacklevel=5)
+    fixed = clean_attributes(attrs, stacklevel=5)
 
-    def live() -> _LiveSpan:
-        return _LiveSpan(group, name, fixed, umbrella=umbrella, clean=False)
+    def live() -> LiveSpan:
+        return LiveSpan(group, name, fixed, umbrella=umbrella, clean=False)
 
     if group not in _GATE.groups:
         # Checked once, when decorating: a wrapper's disabled path stays one set test.
@@ -770,7 +521,7 @@ def umbrella_traced(group: str, /, name: str | None = None, **attributes: Any) -
     return decorate
 
 
-def _traced_gen(gen: Generator[Any, Any, Any], live: _LiveSpan) -> Generator[Any, Any, Any]:
+def _traced_gen(gen: Generator[Any, Any, Any], live: LiveSpan) -> Generator[Any, Any, Any]:
     span = live.start()
     if span is None:
         return (yield from gen)

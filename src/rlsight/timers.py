@@ -24,9 +24,10 @@ from typing import Concatenate, Final, Generic, ParamSpec, TypeVar
 from opentelemetry.trace import Span
 
 from rlsight._semconv import TIMER_SPAN_PREFIX
+from rlsight._span_manager import NOOP
 from rlsight.errors import RlsightWarning
 from rlsight.span_context import SpanContextManager
-from rlsight.spans import _NOOP, span
+from rlsight.spans import span
 
 __all__ = ["TimerBridge"]
 
@@ -134,7 +135,7 @@ class TimerBridge:
         target = self._table.get(label)
         if target is None:
             self._report_unmapped(label)
-            return _NOOP
+            return NOOP
         group, name = target
         # The check reads these names and groups from the TimerBridge(...) table instead.
         return span(group, name)  # rlsight: ignore[span-names,span-groups,group-usage]

@@ -98,6 +98,9 @@ class BatchingSpanProcessor(SpanProcessor):
         self._queue: collections.deque[ReadableSpan] = collections.deque()
         self._wake = threading.Event()
         self._stop = threading.Event()
+        #: ``_stop.is_set()`` as a plain attribute: every ended span reads it.
+        self._stopped = False
+        self._watch_lag = max_lag_s is not None or prepare is not None
         self._export_lock = threading.Lock()
         # Guards the queue-to-batch hand-over and the counters, so shutdown can account for
         # a batch an exporter still holds (in flight) exactly once.
@@ -115,14 +118,14 @@ class BatchingSpanProcessor(SpanProcessor):
     reads_span_in_place: Final = True
 
     def on_end(self, span: ReadableSpan) -> None:
-        if self._stop.is_set():
+        if self._stopped:
             self.dropped["after_shutdown"] += 1
             return
         queue = self._queue
         if len(queue) >= self._max_queue:
             self.dropped["queue_full"] += 1
             return
-        if self._max_lag_ns is not None or self._prepare is not None:
+        if self._watch_lag:
             behind = self._behind_ns(span.end_time or 0)
             if self._max_lag_ns is not None and behind > self._max_lag_ns:
                 self.dropped["lag"] += 1
@@ -242,6 +245,7 @@ class BatchingSpanProcessor(SpanProcessor):
             return not self._abandoned
         deadline = time.monotonic() + timeout_millis / 1000
         self._stop.set()
+        self._stopped = True
         self._wake.set()
         done = self.force_flush(timeout_millis)
         if self._close is not None:  # release the exporter's session or channel

@@ -178,7 +178,10 @@ class LeanStarter:
         span._sampler = self._sampler
         span._span_processor = self._processor
         span._limits = limits
-        span.start(start_time=start_time, parent_context=None)
+        # LeanSpan.start's work, without its lock: nothing else can see the span yet.
+        span._start_time = start_time if start_time is not None else _sdk.time_ns()  # type: ignore[attr-defined]
+        for on_start in span._route[0]:
+            on_start(span, parent_context=None)
         return span
 
 

@@ -20,6 +20,8 @@ def span_attributes(span: Any) -> Mapping[str, Any]:
     Falls back to the public property if a future SDK stores them differently.
     """
     attrs = getattr(span, "_attributes", None)
+    if type(attrs) is dict:  # a LeanSpan's (rlsight._lean), until an attribute is set on it
+        return attrs
     if attrs is None:
         return span.attributes or {}
     inner = getattr(attrs, "_dict", None)

@@ -295,13 +295,12 @@ class Telemetry:
         The same SDK span the tracer would start, through :mod:`rlsight._lean` when it can
         (about half the cost); foreign spans never come here.
         """
-        tracer = self.tracer
-        lean = self._lean
+        lean = self._lean  # set once the tracer exists
         if lean is not None:
             span = lean.start(name, attributes, start_time)
             if span is not None:
                 return span
-        return tracer.start_span(name, attributes=attributes, start_time=start_time)
+        return self.tracer.start_span(name, attributes=attributes, start_time=start_time)
 
     @property
     def meter(self) -> Meter:

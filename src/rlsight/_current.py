@@ -41,9 +41,9 @@ def attach_span(span: Span) -> Token[Context]:
     var = _VAR
     if var is None:
         return _context.attach(_trace.set_span_in_context(span))
-    values = var.get().copy()
-    values[_SPAN_KEY] = span
-    return var.set(Context(values))
+    current = Context(var.get())  # one copy; Context refuses item assignment, dict's does not
+    dict.__setitem__(current, _SPAN_KEY, span)
+    return var.set(current)
 
 
 def detach(token: Token[Context]) -> None:

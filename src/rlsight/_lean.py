@@ -47,6 +47,7 @@ from opentelemetry.trace import (
 from opentelemetry.trace.status import Status, StatusCode
 
 from rlsight._current import current_span
+from rlsight._ids import SeedIndependentIdGenerator
 from rlsight.store._otlp_json import SPAN_ENCODERS, key_values
 
 __all__ = ["LeanSpan", "LeanStarter"]
@@ -98,6 +99,7 @@ class LeanStarter:
         "_sampler",
         "_scope",
         "_seen",
+        "_span_bits",
         "usable",
     )
 
@@ -110,7 +112,9 @@ class LeanStarter:
         )
         if not self.usable:
             return
-        self._ids = tracer.id_generator
+        self._ids = ids = tracer.id_generator
+        # rlsight's own generator's bits, drawn here without its method call (0 -> the method).
+        self._span_bits = ids._bits if type(ids) is SeedIndependentIdGenerator else None
         self._limits = tracer._span_limits
         self._processor = tracer.span_processor
         self._resource = tracer.resource
@@ -125,7 +129,7 @@ class LeanStarter:
 
         ``attributes`` (cleaned by rlsight) may become the span's own dict: do not reuse it.
         """
-        ids = self._ids
+        ids, bits = self._ids, self._span_bits
         parent: SpanContext | None = current_span().get_span_context()
         if parent is None or not parent.is_valid:
             parent = None
@@ -141,8 +145,9 @@ class LeanStarter:
             trace_state = parent.trace_state
         # SpanContext(...) without its checks: both ids are valid (a valid parent's, or the
         # generator's, which never returns 0) and an absent trace state is the default one.
+        span_id = (bits(64) if bits is not None else 0) or ids.generate_span_id()
         context = tuple.__new__(SpanContext, (
-            trace_id, ids.generate_span_id(), False, _SAMPLED_RANDOM if random_id else _SAMPLED,
+            trace_id, span_id, False, _SAMPLED_RANDOM if random_id else _SAMPLED,
             _NO_TRACE_STATE if trace_state is None else trace_state, True))
         limits = self._limits
         maxlen, max_text = limits.max_span_attributes, limits.max_span_attribute_length

@@ -126,7 +126,14 @@ class BatchingSpanProcessor(SpanProcessor):
             self.dropped["queue_full"] += 1
             return
         if self._watch_lag:
-            behind = self._behind_ns(span.end_time or 0)
+            # How long ago the oldest span not yet exported ended (0 when none is waiting).
+            oldest = self._in_flight_oldest_ns
+            if not oldest:
+                try:
+                    oldest = queue[0].end_time or 0
+                except IndexError:  # the export thread just took the last one
+                    oldest = 0
+            behind = (span.end_time or 0) - oldest if oldest else 0
             if self._max_lag_ns is not None and behind > self._max_lag_ns:
                 self.dropped["lag"] += 1
                 return
@@ -150,16 +157,6 @@ class BatchingSpanProcessor(SpanProcessor):
                 return False
             self.queued_bytes += size
         return True
-
-    def _behind_ns(self, now_ns: int) -> int:
-        """How long ago the oldest span not yet exported ended (0 when none is waiting)."""
-        oldest = self._in_flight_oldest_ns
-        if not oldest:
-            try:
-                oldest = self._queue[0].end_time or 0
-            except IndexError:  # the export thread just took the last one
-                return 0
-        return now_ns - oldest if oldest else 0
 
     @property
     def dropped_total(self) -> int:

@@ -1,22 +1,25 @@
-"""A shorter way to start and end rlsight's own spans: the SDK's span, without its detours.
+"""A shorter way to start and end rlsight's own spans: an SDK span, without the SDK's detours.
 
-Profiling an enabled ``span()`` (issue #16) showed about half its start in work that, for
+Profiling an enabled ``span()`` (issue #16) put about half of its start in work that, for
 rlsight's spans under the provider rlsight builds, always gives the same answer: asking the
 default ``ParentBased(ALWAYS_ON)`` sampler (it samples unless the parent was not sampled),
 the tracer's self-metrics (a no-op unless enabled) and re-validating attributes that
-:func:`rlsight._span_manager.clean_attributes` already reduced to scalars. :class:`LeanStarter`
-builds the very same SDK ``Span`` object the tracer would (same class, same fields, same
-processors, same id generator calls in the same order), so the store, the OTLP exporters and
-every span processor see nothing different; only the redundant checks are skipped.
+:func:`rlsight._span_manager.clean_attributes` already reduced to scalars; and most of its
+end in the processors' fan-out and the ``ReadableSpan`` copy the SDK makes for them.
 
-Where every span processor on the provider is one of rlsight's own (the store, start records,
-the step roll-up, OTLP: classes that declare ``reads_span_in_place``), the span is a
-:class:`LeanSpan`: still an SDK ``Span`` (foreign child spans, carriers, exporters and
-``trace.get_current_span()`` see one), but its attributes stay the plain dict rlsight already
-cleaned until someone sets one, its event and link lists are made on first use, and start and
-end call those processors directly with the span itself, with no fan-out loop and no
-``ReadableSpan`` copy per end. A processor the user added (``span_processors=``, or one added
-to the provider later) puts every span back on the SDK's own start and end.
+:class:`LeanStarter` makes a :class:`LeanSpan`: an SDK ``Span`` subclass (foreign child
+spans, carriers, exporters and ``trace.get_current_span()`` see an SDK span), with the same
+field values the tracer would give it and ids drawn from the same generator in the same
+order, so the store, the OTLP exporters and every processor read the same span. What differs
+is inside: its attributes stay the plain dict rlsight already cleaned until someone sets one
+(then the SDK's ``BoundedAttributes``), its event and link lists are made on first use, the
+fields every span shares live on the class, and start and end call the provider's
+processors directly. rlsight's own processors (the store, start records, the step roll-up,
+OTLP: classes that declare ``reads_span_in_place``) get the span itself; any other (a
+``span_processors=`` entry, one added to the provider later) gets what the SDK gives it:
+``on_start`` with the span, ``_on_ending``, and one ``ReadableSpan`` copy per end. The
+store encodes a LeanSpan from its fields (:func:`_otlp`), line for line what it writes for
+an SDK span.
 
 It steps aside (``start`` returns ``None`` and the caller uses the tracer) whenever the
 shortcut could differ: a sampler other than the default (``OTEL_TRACES_SAMPLER``), the SDK's
@@ -24,7 +27,6 @@ internal metrics turned on, a disabled tracer, a parent that was not sampled. At
 that are not plain scalars, or text over the length limit, go through the SDK's own
 cleaning. Foreign spans (instrumentation, the user's tracer) never come here.
 """
-
 from __future__ import annotations
 
 import logging

@@ -48,8 +48,11 @@ def _program(user: trace.Tracer) -> None:
                 s.set_attribute("rl.extra", 3)
                 s.add_event("chunk", {"tokens": 4})
                 with user.start_as_current_span("user.inner", attributes={"k": "v"}):
-                    with span(RL.REWARD, "rl.reward.compute"):
-                        pass
+                    with span(RL.REWARD, "rl.reward.compute") as r:
+                        # Set on a span whose attributes were all plain: the SDK's cleaning
+                        # applies to the new ones (a list, text over the limit).
+                        r.set_attributes({"rl.list": [1, 2], "rl.long": "y" * 40_000})
+                        r.set_attribute("rl.extra", 3)
             with pytest.raises(ValueError), span(RL.REWARD, "rl.reward.compute"):
                 raise ValueError("bad reward")
         # Text over the store's length limit: the SDK truncates it, on either path.

@@ -207,16 +207,15 @@ class LeanSpan(_Span):
     _links: Any
     _route: Route
 
-    def _bounded(self) -> BoundedAttributes:
-        """The attributes as the SDK's ``BoundedAttributes`` (made on the first set)."""
+    def _bounded(self) -> None:
+        """Turn the attributes into the SDK's ``BoundedAttributes`` before the first set."""
         attrs = self._attributes
-        if type(attrs) is dict:
+        if type(attrs) is dict and self._end_time is None:  # an ended span keeps its dict
             limits = self._limits
             bounded = BoundedAttributes(limits.max_span_attributes, None, immutable=False,
                                         max_value_len=limits.max_span_attribute_length)
             bounded._dict.update(attrs)  # already clean: what the SDK would have kept
-            self._attributes = attrs = bounded
-        return attrs  # type: ignore[return-value]
+            self._attributes = bounded
 
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
         with self._lock:

@@ -197,14 +197,29 @@ def prepare_span(span: ReadableSpan) -> PreparedSpan:
 def encode_spans(spans: Iterable[ReadableSpan | PreparedSpan]) -> bytes:
     """One ``ExportTraceServiceRequest`` as a JSON line (with the trailing newline)."""
     by_resource: dict[int, tuple[Resource, dict[tuple[str, str], list[dict[str, Any]]]]] = {}
+    # Spans of one batch nearly all share a resource and a scope: the group they go to is
+    # looked up again only when either changes (this loop runs once per span, on the writer).
+    last_resource: object = None
+    last_scope: object = None
+    items: list[dict[str, Any]] = []
     for span in spans:
-        entry = by_resource.setdefault(id(span.resource), (span.resource, {}))
+        resource = span.resource
+        scope: Any
         if type(span) is PreparedSpan:
-            entry[1].setdefault(span.scope, []).append(span.otlp)
-            continue
-        scope = span.instrumentation_scope  # type: ignore[union-attr]
-        key = (scope.name, scope.version or "") if scope is not None else ("", "")
-        entry[1].setdefault(key, []).append(_span(span))  # type: ignore[arg-type]
+            scope, otlp = span.scope, span.otlp
+        else:
+            scope, otlp = span.instrumentation_scope, _span(span)  # type: ignore[union-attr, arg-type]
+        if resource is not last_resource or scope is not last_scope or not items:
+            if type(scope) is tuple:
+                key = scope
+            else:
+                key = (scope.name, scope.version or "") if scope is not None else ("", "")
+            entry = by_resource.get(id(resource))
+            if entry is None:
+                entry = by_resource[id(resource)] = (resource, {})
+            items = entry[1].setdefault(key, [])
+            last_resource, last_scope = resource, scope
+        items.append(otlp)
     request = {
         "resourceSpans": [
             {

@@ -253,3 +253,27 @@ def test_repeated_attribute_values_encode_by_their_own_type() -> None:
     assert values == ['{"boolValue": true}', '{"intValue": "1"}', '{"doubleValue": 1.0}',
                       '{"doubleValue": -0.0}', '{"doubleValue": 0.0}', '{"stringValue": "1"}',
                       '{"intValue": "1"}', '{"boolValue": true}']
+
+
+def test_a_batch_of_interleaved_resources_and_scopes_groups_each_span_once() -> None:
+    """The store encoder groups by resource, then scope, in first-seen order, whatever the mix."""
+    from opentelemetry.sdk.resources import Resource
+
+    from rlsight.store._otlp_json import encode_spans
+
+    providers = [sdk_trace.TracerProvider(resource=Resource.create({"r": i}), shutdown_on_exit=False)
+                 for i in range(2)]
+    tracers = [(p, p.get_tracer(scope)) for p in providers for scope in ("a", "b")]
+    order = [0, 1, 0, 2, 3, 2, 1, 0, 3]
+    spans = []
+    for n, i in enumerate(order):
+        s = tracers[i][1].start_span(f"s{n}")
+        s.end()
+        spans.append(s)
+    request = json.loads(encode_spans(spans))
+    got = [(next(kv["value"]["intValue"] for kv in rs["resource"]["attributes"] if kv["key"] == "r"),
+            ss["scope"]["name"],
+            [sp["name"] for sp in ss["spans"]])
+           for rs in request["resourceSpans"] for ss in rs["scopeSpans"]]
+    assert got == [("0", "a", ["s0", "s2", "s7"]), ("0", "b", ["s1", "s6"]),
+                   ("1", "a", ["s3", "s5"]), ("1", "b", ["s4", "s8"])]

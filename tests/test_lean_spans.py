@@ -277,3 +277,15 @@ def test_a_batch_of_interleaved_resources_and_scopes_groups_each_span_once() -> 
            for rs in request["resourceSpans"] for ss in rs["scopeSpans"]]
     assert got == [("0", "a", ["s0", "s2", "s7"]), ("0", "b", ["s1", "s6"]),
                    ("1", "a", ["s3", "s5"]), ("1", "b", ["s4", "s8"])]
+
+
+def test_code_reading_the_sdk_attribute_storage_reads_a_lean_span_the_same_way() -> None:
+    """The step roll-up reads ``_attributes._dict`` in one C-level call per span; so may others."""
+    from rlsight._step_rollup import live_spans
+
+    provider = sdk_trace.TracerProvider(shutdown_on_exit=False)
+    s = LeanStarter(provider.get_tracer("t")).start("x", {"a": 1}, None)
+    assert s is not None
+    s.end()
+    assert s._attributes._dict == {"a": 1}  # type: ignore[union-attr]
+    assert list(live_spans([s], 0, {}).attributes) == [{"a": 1}]

@@ -50,6 +50,7 @@ from opentelemetry.trace.status import Status, StatusCode
 
 from rlsight._current import current_span
 from rlsight._ids import SeedIndependentIdGenerator
+from rlsight._readable import PlainAttributes
 from rlsight.store._otlp_json import SPAN_ENCODERS, key_values
 
 __all__ = ["LeanSpan", "LeanStarter"]
@@ -168,7 +169,8 @@ class LeanStarter:
         span = object.__new__(LeanSpan)
         span._route = self._route
         if plain:  # already what the SDK's cleaning would keep; the caller hands the dict over
-            span._attributes = attributes if type(attributes) is dict else dict(attributes)
+            span._attributes = (attributes if type(attributes) is PlainAttributes
+                                else PlainAttributes(attributes))
         else:
             attrs = BoundedAttributes(maxlen, None, immutable=False, max_value_len=max_text)
             attrs._set_items(attributes)
@@ -210,7 +212,7 @@ class LeanSpan(_Span):
     def _bounded(self) -> None:
         """Turn the attributes into the SDK's ``BoundedAttributes`` before the first set."""
         attrs = self._attributes
-        if type(attrs) is dict and self._end_time is None:  # an ended span keeps its dict
+        if type(attrs) is PlainAttributes and self._end_time is None:  # an ended span keeps it
             limits = self._limits
             bounded = BoundedAttributes(limits.max_span_attributes, None, immutable=False,
                                         max_value_len=limits.max_span_attribute_length)
@@ -263,7 +265,7 @@ class LeanSpan(_Span):
                 return
             self._end_time = end_time if end_time is not None else _sdk.time_ns()  # type: ignore[attr-defined]
             attrs: Any = self._attributes
-            if type(attrs) is not dict:
+            if type(attrs) is not PlainAttributes:
                 attrs._immutable = True
         _, ends, mixed = self._route
         if mixed is None:
@@ -355,7 +357,7 @@ def _otlp(span: LeanSpan) -> dict[str, Any]:
         code = status.status_code.value
         if code:
             out["status"] = {"code": code, "message": status.description or ""}
-    if type(attrs) is not dict and attrs.dropped:
+    if type(attrs) is not PlainAttributes and attrs.dropped:
         out["droppedAttributesCount"] = attrs.dropped
     return out
 

@@ -11,7 +11,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["span_attributes"]
+__all__ = ["PlainAttributes", "span_attributes"]
+
+
+class PlainAttributes(dict[str, Any]):
+    """Attributes rlsight already cleaned, kept as a plain dict by a LeanSpan (rlsight._lean).
+
+    ``_dict`` names the dict itself, as it names the storage of the SDK's
+    ``BoundedAttributes``, so code that reads that storage directly (the store's encoder, the
+    step roll-up's field reader) reads these the same way.
+    """
+
+    __slots__ = ()
+
+    @property
+    def _dict(self) -> dict[str, Any]:
+        return self
 
 
 def span_attributes(span: Any) -> Mapping[str, Any]:
@@ -20,7 +35,7 @@ def span_attributes(span: Any) -> Mapping[str, Any]:
     Falls back to the public property if a future SDK stores them differently.
     """
     attrs = getattr(span, "_attributes", None)
-    if type(attrs) is dict:  # a LeanSpan's (rlsight._lean), until an attribute is set on it
+    if type(attrs) is PlainAttributes:  # a LeanSpan's, until an attribute is set on it
         return attrs
     if attrs is None:
         return span.attributes or {}

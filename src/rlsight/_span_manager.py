@@ -21,6 +21,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 
 from rlsight import runtime as _runtime
 from rlsight._current import attach_span, detach
+from rlsight._readable import PlainAttributes
 from rlsight._redact import REDACTED, is_content, is_content_key, scrub
 from rlsight._semconv import BUCKET, EFFICIENCY_CATEGORY, SPAN_GROUP, THREAD_ID
 from rlsight.buckets import Bucket, _bucket_override, _per_prompt
@@ -60,8 +61,8 @@ class NoopSpan:
 NOOP: Final = NoopSpan()
 
 
-def clean_attributes(attributes: Mapping[str, Any], stacklevel: int = 4) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def clean_attributes(attributes: Mapping[str, Any], stacklevel: int = 4) -> PlainAttributes:
+    out = PlainAttributes()
     for key, value in attributes.items():
         if value is None:
             continue
@@ -172,11 +173,11 @@ class LiveSpan:
                 # environment service) shows its utilisation when per_prompt is on.
                 group = _PER_PROMPT
             if not self._attrs:
-                attrs = {}
+                attrs = PlainAttributes()
             elif self._clean:
                 attrs = clean_attributes(self._attrs)
             else:  # cleaned once when a decorator was applied
-                attrs = dict(self._attrs)
+                attrs = PlainAttributes(self._attrs)
             attrs[SPAN_GROUP] = group
             attrs[THREAD_ID] = _native_id()
             if bucket is not None:

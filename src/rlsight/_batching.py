@@ -139,6 +139,8 @@ class BatchingSpanProcessor(SpanProcessor):
                 return
             if self._prepare is not None and behind > self._help_after_ns:
                 queue.append(self._prepare(span))
+                if behind > 2 * self._help_after_ns:
+                    self._help_drain(wait_s=0.1 if behind > 3 * self._help_after_ns else 0.0)
                 return
         if self._size_of is not None and not self._reserve(self._size_of(span)):
             return
@@ -185,41 +187,75 @@ class BatchingSpanProcessor(SpanProcessor):
         except Exception as exc:  # the export thread must outlive its drop reporter
             self._report(exc)
 
+    def _help_drain(self, wait_s: float) -> None:
+        """Export one batch on this app thread, waiting up to ``wait_s`` for another export.
+
+        Encoding on the app threads is not always enough: with several threads producing
+        flat out, the export thread gets one GIL share among many and still falls behind the
+        write-through bound. An app thread that finds the writer twice the help threshold
+        behind writes one batch itself if no export is running; three times behind, it waits
+        for the running one (at most ``wait_s``: a stalled disk costs a producer a bounded
+        pause, then the lag cap drops spans instead). The producers slow down by the cost of
+        writing instead of queueing seconds of spans.
+        """
+        lock = self._export_lock
+        if lock.acquire(timeout=wait_s) if wait_s > 0 else lock.acquire(blocking=False):
+            try:
+                self._drain_locked(deadline=None, batches=1)
+            finally:
+                lock.release()
+
     def _drain(self, deadline: float | None) -> bool:
-        """Export everything queued now; False if the deadline passed first."""
-        with self._export_lock:
-            while self._queue:
-                if deadline is not None and time.monotonic() >= deadline:
+        """Export everything queued now; False if the deadline passed first.
+
+        The export lock is taken per batch, so an app thread that has come to help
+        (:meth:`_help_drain`) gets its turn between two batches instead of waiting for the
+        whole backlog.
+        """
+        while self._queue:
+            with self._export_lock:
+                if not self._drain_locked(deadline, batches=1):
                     return False
-                batch: list[ReadableSpan] = []
-                with self._count_lock:
-                    size_of, room = self._size_of, self._max_batch_bytes
-                    while self._queue and len(batch) < self._max_batch:
-                        if size_of is not None:
-                            size = size_of(self._queue[0])
-                            if batch and size > room:
-                                break  # the next batch starts with it
-                            room -= size
-                            with self._bytes_lock:
-                                self.queued_bytes -= size
-                        batch.append(self._queue.popleft())
-                    self._in_flight = len(batch)
-                    self._in_flight_oldest_ns = (batch[0].end_time or 0) if batch else 0
-                error: Exception | None = None
-                try:
-                    ok = self._export(batch)
-                except Exception as exc:  # the exporter's failure must not end the thread
-                    ok, error = False, exc
-                with self._count_lock:
-                    self._in_flight = 0
-                    self._in_flight_oldest_ns = 0
-                    if not self._abandoned:  # else shutdown gave up on this batch and counted it
-                        if ok:
-                            self.exported += len(batch)
-                        else:
-                            self.dropped["export_failed"] += len(batch)
-                if error is not None:
-                    self._report(error)
+        return True
+
+    def _drain_locked(self, deadline: float | None, batches: int | None) -> bool:
+        """The export loop of :meth:`_drain`, under the export lock: at most ``batches``."""
+        while self._queue:
+            if batches is not None:
+                if batches == 0:
+                    return True
+                batches -= 1
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            batch: list[ReadableSpan] = []
+            with self._count_lock:
+                size_of, room = self._size_of, self._max_batch_bytes
+                while self._queue and len(batch) < self._max_batch:
+                    if size_of is not None:
+                        size = size_of(self._queue[0])
+                        if batch and size > room:
+                            break  # the next batch starts with it
+                        room -= size
+                        with self._bytes_lock:
+                            self.queued_bytes -= size
+                    batch.append(self._queue.popleft())
+                self._in_flight = len(batch)
+                self._in_flight_oldest_ns = (batch[0].end_time or 0) if batch else 0
+            error: Exception | None = None
+            try:
+                ok = self._export(batch)
+            except Exception as exc:  # the exporter's failure must not end the thread
+                ok, error = False, exc
+            with self._count_lock:
+                self._in_flight = 0
+                self._in_flight_oldest_ns = 0
+                if not self._abandoned:  # else shutdown gave up on this batch and counted it
+                    if ok:
+                        self.exported += len(batch)
+                    else:
+                        self.dropped["export_failed"] += len(batch)
+            if error is not None:
+                self._report(error)
         return True
 
     def _report(self, error: Exception) -> None:

@@ -16,17 +16,12 @@ from typing import Any
 
 import pytest
 
+from rlsight._setup import init_worker, setup_telemetry
 from rlsight._span_manager import NOOP
 from rlsight.config import TelemetryConfig
 from rlsight.errors import ConfigError, RlsightWarning, TelemetryStateError
 from rlsight.groups import is_span_group_enabled
-from rlsight.runtime import (
-    ShutdownReport,
-    active_runtime,
-    init_worker,
-    setup_telemetry,
-    shutdown_telemetry,
-)
+from rlsight.runtime import ShutdownReport, active_runtime, shutdown_telemetry
 from rlsight.spans import span
 from rlsight.store import read_manifest, read_spans
 

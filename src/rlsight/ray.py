@@ -22,6 +22,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar
 
+from rlsight import _identity, _setup
 from rlsight import propagation as _propagation
 from rlsight import runtime as _runtime
 from rlsight.config import TelemetryConfig
@@ -67,7 +68,7 @@ class _WorkerSetup:
 def _setup_worker() -> None:
     """Set up this worker's telemetry from the environment; never fail the worker."""
     try:
-        telemetry = _runtime.init_worker(deferred=True)
+        telemetry = _setup.init_worker(deferred=True)
     except Exception as exc:
         # Ray ends a worker whose setup hook raises; telemetry must never cost the run a
         # worker, so this is the guard: one warning, and the worker runs without it.
@@ -81,7 +82,7 @@ def _setup_worker() -> None:
     if telemetry is None:
         return
     try:
-        if _runtime.ENV_WORKER_GROUP in os.environ:
+        if _identity.ENV_WORKER_GROUP in os.environ:
             # Identity is known (worker_options): build providers now, at process start, so
             # the actor's first span does not pay for them inside step 1 (issue #9).
             telemetry._materialize()
@@ -213,11 +214,11 @@ def worker_options(
             f"worker_options(worker_group={worker_group!r}): expected a non-empty name without '/' "
             "(it is part of service.instance.id)"
         )
-    env: dict[str, str] = {_runtime.ENV_WORKER_GROUP: worker_group}
+    env: dict[str, str] = {_identity.ENV_WORKER_GROUP: worker_group}
     for name, value, var, low in (
-        ("rank", rank, _runtime.ENV_RANK, 0),
-        ("world_size", world_size, _runtime.ENV_WORLD_SIZE, 1),
-        ("devices", devices, _runtime.ENV_DEVICES, 1),
+        ("rank", rank, _identity.ENV_RANK, 0),
+        ("world_size", world_size, _identity.ENV_WORLD_SIZE, 1),
+        ("devices", devices, _identity.ENV_DEVICES, 1),
     ):
         if value is None:
             continue

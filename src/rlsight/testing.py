@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlsight import groups as _groups
 from rlsight import runtime as _runtime
+from rlsight._identity import Identity
 from rlsight.config import TelemetryConfig
 from rlsight.errors import _reset_warn_once
 
@@ -140,13 +141,13 @@ def capture_telemetry(
     _reset_warn_once()
     telemetry = _runtime.Telemetry(
         config,
-        _runtime._Identity(worker_group, rank, world_size),
+        Identity(worker_group, rank, world_size),
         span_processors=[SimpleSpanProcessor(spans)],
         metric_readers=[metrics],
         driver=worker_group == "driver",
     )
     try:
-        _runtime._install(telemetry)
+        _runtime.install(telemetry)
         yield Capture(telemetry, spans, metrics)
     finally:
         telemetry.shutdown(timeout_ms=5000)

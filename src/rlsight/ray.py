@@ -23,7 +23,6 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar
 
 from rlsight import _identity, _setup
-from rlsight import propagation as _propagation
 from rlsight import runtime as _runtime
 from rlsight.config import TelemetryConfig
 from rlsight.errors import ConfigError, warn_once
@@ -90,9 +89,9 @@ def _setup_worker() -> None:
             # Named after its actor class on the first decorated call; until then only the
             # imports can be paid for up front (most of the cost).
             telemetry.preload()
-            _propagation._first_call_hook = _bind_actor_identity
+            telemetry.run_state.first_call_hook = _bind_actor_identity
             # An undecorated method (or __init__) may emit first: ask Ray then (issue #18).
-            _runtime._before_materialize = _bind_actor_identity_from_ray
+            telemetry.run_state.before_materialize = _bind_actor_identity_from_ray
     except Exception as exc:  # the guard: telemetry never costs the run a worker
         warn_once(
             "ray-worker-eager-setup",
@@ -116,7 +115,7 @@ def _bind_actor_identity_from_ray() -> None:
     Ray knows which actor a worker process hosts, whichever method runs; in a task's process
     there is no actor, and the group stays ``worker``.
     """
-    if _propagation._first_call_hook is not _bind_actor_identity:
+    if not _naming_pending():
         return  # already named (a decorated call, traced_actor) or named explicitly
     try:
         import ray
@@ -132,11 +131,19 @@ def _bind_actor_identity_from_ray() -> None:
         _bind_default_identity(class_name)
 
 
+def _naming_pending() -> bool:
+    """Whether this worker's group is still to be named after its actor class."""
+    telemetry = _runtime.active_runtime()
+    return telemetry is not None and telemetry.run_state.first_call_hook is _bind_actor_identity
+
+
 def _claim_default_identity() -> bool:
     """True once, in a worker whose group is still to be named after its actor class."""
-    if _propagation._first_call_hook is not _bind_actor_identity:
+    if not _naming_pending():
         return False
-    _propagation._first_call_hook = None
+    telemetry = _runtime.active_runtime()
+    assert telemetry is not None
+    telemetry.run_state.first_call_hook = None
     return True
 
 

@@ -19,12 +19,13 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlsight import groups as _groups
 from rlsight._identity import Identity
+from rlsight._run_state import RunState
 from rlsight._shutdown import Closer, ShutdownReport
 from rlsight.config import TelemetryConfig
 from rlsight.errors import TelemetryStateError, warn_once
@@ -118,6 +119,9 @@ class Telemetry(Closer):
         self.last_step_summary: dict[str, float] = {}
         #: The span processor that rolls steps and busy-time windows up (once materialised).
         self._rollup: StepRollupProcessor | None = None
+        #: What the instrumentation helpers keep between calls during this run (internal:
+        #: propagation caches, run-window efficiency, instruments, rlsight.ray's hooks).
+        self.run_state = RunState()
         if not deferred:
             self._materialize()
 
@@ -222,7 +226,7 @@ class Telemetry(Closer):
             if self._shut_down:
                 raise TelemetryStateError("rlsight telemetry was shut down in this process")
             try:
-                hook = _before_materialize
+                hook = self.run_state.before_materialize
                 if hook is not None:
                     hook()  # last chance to name the process (rlsight.ray: the actor's class)
                 self._build_providers()
@@ -327,10 +331,6 @@ class Telemetry(Closer):
 
 _ACTIVE: Telemetry | None = None
 _ACTIVE_LOCK = threading.Lock()
-#: Called (under the runtime's lock) just before a deferred runtime builds its providers, when
-#: its identity is about to be fixed. rlsight.ray sets it in Ray workers to name an actor after
-#: its class even when an undecorated method emits first. It must not raise.
-_before_materialize: Callable[[], None] | None = None
 _ATEXIT_REGISTERED = False
 
 
@@ -384,6 +384,9 @@ def _restart_after_fork() -> None:
                   dict(ident.resource_attributes)),
         deferred=True,
     )
+    # rlsight.ray's naming hooks still apply: the child hosts the same actor (or none).
+    child.run_state.first_call_hook = parent.run_state.first_call_hook
+    child.run_state.before_materialize = parent.run_state.before_materialize
     install(child)
 
 

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import MetricReader
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+    from opentelemetry.sdk.trace.id_generator import IdGenerator
     from opentelemetry.trace import Tracer
 
     from rlsight._batching import BatchingSpanProcessor
@@ -84,6 +85,7 @@ class ProviderBuilder:
     resource_attributes: dict[str, Any]
     report_internal_error: Callable[[str, BaseException], None]
     _identity: Identity
+    _id_generator: IdGenerator | None
     _driver: bool
     _ship_store: bool
     _extra_processors: tuple[SpanProcessor, ...]
@@ -122,7 +124,8 @@ class ProviderBuilder:
             self.resource_attributes = resource_attributes(self.config, self._identity)
             resource = Resource.create(self.resource_attributes)
             tp = TracerProvider(resource=resource, shutdown_on_exit=False,
-                                id_generator=SeedIndependentIdGenerator(), span_limits=_span_limits())
+                                id_generator=self._id_generator or SeedIndependentIdGenerator(),
+                                span_limits=_span_limits())
             readers: list[MetricReader] = []
             stem = _SAFE.sub("_", f"{self._identity.worker_group}-{self._identity.rank}-{os.getpid()}")
             if self._driver and self.config.prometheus_port is not None:

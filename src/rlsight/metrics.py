@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -230,6 +229,20 @@ def _require_otel_api(kinds: set[str], group: str) -> None:
         )
 
 
+def _snapshot_registry() -> Callable[[], None]:
+    """A function that puts the metric-group registry back as it is now (for tests: see
+    :func:`rlsight.testing.isolated_registries`; registration is process-wide by design)."""
+    with _GROUPS_LOCK:
+        saved = dict(_GROUPS)
+
+    def restore() -> None:
+        with _GROUPS_LOCK:
+            _GROUPS.clear()
+            _GROUPS.update(saved)
+
+    return restore
+
+
 def registered_metric_groups() -> Mapping[str, tuple[MetricSpec, ...]]:
     """Every registered group and its specs, in registration order (a read-only copy)."""
     with _GROUPS_LOCK:
@@ -423,7 +436,7 @@ def _record_efficiency(
     if denominator_s is not None:
         pct_window, wall_s = "step", denominator_s
     else:
-        pct_window, wall_s = "run", (time.time_ns() - runtime.started_ns) / 1e9
+        pct_window, wall_s = "run", (runtime.now_ns() - runtime.started_ns) / 1e9
     seconds_counter = instruments.counter(
         meter, EFFICIENCY_SECONDS, "s", "Seconds spent in each efficiency category this step."
     )

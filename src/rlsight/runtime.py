@@ -19,7 +19,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import MetricReader
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+    from opentelemetry.sdk.trace.id_generator import IdGenerator
     from opentelemetry.trace import Span, Tracer
 
     from rlsight._batching import BatchingSpanProcessor
@@ -75,8 +76,15 @@ class Telemetry(Closer):
         metric_readers: Sequence[MetricReader] = (),
         driver: bool = False,
         ship_store: bool = True,
+        clock: Callable[[], int] | None = None,
+        id_generator: IdGenerator | None = None,
     ) -> None:
         self.config = config
+        #: Where rlsight's own spans take their start and end times (ns since the epoch), and
+        #: the run window its wall time: ``None`` is the SDK's wall clock. ``rlsight.testing``
+        #: passes a :class:`~rlsight.testing.FakeClock` so tests need not sleep.
+        self.clock = clock
+        self._id_generator = id_generator
         self._driver = driver
         # The driver writes the run folder the Ray sink appends to: it ships nothing.
         self._ship_store = ship_store and config.store_transport == "ray"
@@ -86,7 +94,7 @@ class Telemetry(Closer):
         self._lock = threading.RLock()
         self._materialized = False
         self._shut_down = False
-        self.started_ns = time.time_ns()
+        self.started_ns = self.now_ns()
         # Set by step_span (even with the step group off); the logging bridge stamps it on
         # every log record as rl_step.
         self.current_step: int | None = None
@@ -202,6 +210,8 @@ class Telemetry(Closer):
         The same SDK span the tracer would start, through :mod:`rlsight._lean` when it can
         (about half the cost); foreign spans never come here.
         """
+        if start_time is None and self.clock is not None:
+            start_time = self.clock()
         lean = self._lean  # set once the tracer exists
         if lean is not None:
             span = lean.start(name, attributes, start_time)
@@ -315,6 +325,11 @@ class Telemetry(Closer):
         with self._efficiency_lock:
             return dict(self._internal_errors)
 
+    def now_ns(self) -> int:
+        """Now on this runtime's clock (ns since the epoch): see :attr:`clock`."""
+        clock = self.clock
+        return time.time_ns() if clock is None else clock()
+
     def _release(self) -> None:
         """Stop being the process's telemetry: shutdown's first step (no new spans)."""
         global _ACTIVE
@@ -355,6 +370,23 @@ def install(telemetry: Telemetry) -> Telemetry:
             _ATEXIT_REGISTERED = True
     _groups._activate(telemetry.config.span_groups)
     return telemetry
+
+
+def set_aside_active() -> Telemetry | None:
+    """Empty the process's slot and return what it held (:mod:`rlsight.testing` nests a capture
+    inside a set-up process with it, then hands the runtime back with :func:`restore_active`)."""
+    global _ACTIVE
+    with _ACTIVE_LOCK:
+        previous, _ACTIVE = _ACTIVE, None
+    return previous
+
+
+def restore_active(telemetry: Telemetry) -> None:
+    """Make ``telemetry`` the process's telemetry again, its span groups on again."""
+    global _ACTIVE
+    with _ACTIVE_LOCK:
+        _ACTIVE = telemetry
+    _groups._activate(telemetry.config.span_groups)
 
 
 def _restart_after_fork() -> None:

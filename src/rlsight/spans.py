@@ -358,6 +358,19 @@ def efficiency_table() -> dict[str, tuple[str, Bucket | None]]:
         return dict(_EFFICIENCY)
 
 
+def _snapshot_efficiency() -> Callable[[], None]:
+    """A function that puts the declared categories back as they are now (for tests: see
+    :func:`rlsight.testing.isolated_registries`; declarations are process-wide by design)."""
+    saved = _efficiency_table()
+
+    def restore() -> None:
+        with _EFFICIENCY_LOCK:
+            _EFFICIENCY.clear()
+            _EFFICIENCY.update(saved)
+
+    return restore
+
+
 def declared_efficiency_categories() -> tuple[str, ...]:
     """Every declared category, sorted."""
     with _EFFICIENCY_LOCK:

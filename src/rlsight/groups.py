@@ -99,6 +99,9 @@ class _Gate:
         self.groups: dict[str, SpanGroup] = {}
 
 
+#: Process-scoped: the mirror of the active runtime's groups that every emit helper reads,
+#: kept a module attribute so a disabled span costs one lookup (benchmarks/bench_gate.py).
+#: Only the runtime turns it on and off (``_activate``/``_deactivate``).
 _GATE: Final = _Gate()
 
 
@@ -157,6 +160,8 @@ class _Registry:
         _GATE.enabled = enabled
 
 
+#: Process-scoped: libraries register their groups at import, once per process. Tests put it
+#: back with ``rlsight.testing.isolated_registries`` (``_snapshot_registry``).
 _REGISTRY: Final = _Registry()
 
 

@@ -130,6 +130,8 @@ class MetricSpec:
 
 # -- the registry ---------------------------------------------------------------------------
 
+#: Declared metric groups. Process-scoped: declared at import of the module that owns them,
+#: once per process; tests put them back with ``rlsight.testing.isolated_registries``.
 _GROUPS: dict[str, tuple[MetricSpec, ...]] = {}
 _GROUPS_LOCK: Final = threading.Lock()
 

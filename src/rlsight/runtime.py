@@ -344,8 +344,13 @@ class Telemetry(Closer):
         self.shutdown()
 
 
+#: The process's slot: at most one runtime per process, because OpenTelemetry's resource (and
+#: so a process's identity in the run) is per process. Process-scoped on purpose, and a plain
+#: module global because every emit helper reads it first (``runtime._ACTIVE``): one lookup.
+#: Everything that belongs to a run lives on the Telemetry in it (``run_state``).
 _ACTIVE: Telemetry | None = None
 _ACTIVE_LOCK = threading.Lock()
+#: Whether the exit and fork hooks are installed: they are process-wide and installed once.
 _ATEXIT_REGISTERED = False
 
 

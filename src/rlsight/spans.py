@@ -308,6 +308,8 @@ def setup_span(phase: str) -> SpanContextManager:
 
 # -- efficiency ----------------------------------------------------------------------------
 
+#: Declared efficiency categories. Process-scoped: declared at import, once per process;
+#: tests put them back with ``rlsight.testing.isolated_registries``.
 _EFFICIENCY: dict[str, tuple[str, Bucket | None]] = {}
 _EFFICIENCY_LOCK: Final = threading.Lock()
 _BUCKET_NAMES: Final = frozenset(b.value for b in Bucket)

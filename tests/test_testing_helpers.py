@@ -105,6 +105,21 @@ class TestNestedCapture:
             rlsight.shutdown_telemetry()
 
 
+    def test_a_capture_that_cannot_start_leaves_the_set_up_runtime_active(self, tmp_path) -> None:
+        outer = rlsight.setup_telemetry(rlsight.TelemetryConfig(run_dir=str(tmp_path / "run"),
+                                                                span_groups=("minimal",)))
+        blocker = tmp_path / "a-file"
+        blocker.write_text("")
+        try:
+            with pytest.raises(OSError), pytest.warns(rlsight.RlsightWarning, match="could not start"):
+                with capture_telemetry(run_dir=blocker / "run"):
+                    pass
+            assert active_runtime() is outer
+            assert is_span_group_enabled(RL.STEP)
+        finally:
+            rlsight.shutdown_telemetry()
+
+
 class TestIsolatedRegistries:
     def test_every_registry_is_put_back(self) -> None:
         spec = MetricSpec("test.isolated.loss", "isolated/loss", "gauge", "1", "A test metric.")

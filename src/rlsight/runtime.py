@@ -360,6 +360,14 @@ def active_runtime() -> Telemetry | None:
 
 
 def install(telemetry: Telemetry) -> Telemetry:
+    """Make ``telemetry`` the process's telemetry and turn its span groups on.
+
+    Setup (:mod:`rlsight._setup`), the fork hook and :mod:`rlsight.testing` come through here;
+    the first call also installs the process's exit and fork hooks.
+
+    Raises:
+        TelemetryStateError: the process already has telemetry set up.
+    """
     global _ACTIVE, _ATEXIT_REGISTERED
     with _ACTIVE_LOCK:
         if _ACTIVE is not None:
@@ -418,8 +426,9 @@ def _restart_after_fork() -> None:
     child = Telemetry(
         parent.config,
         Identity(ident.worker_group, ident.rank, ident.world_size, ident.devices,
-                  dict(ident.resource_attributes)),
+                 dict(ident.resource_attributes)),
         deferred=True,
+        clock=parent.clock,
     )
     # rlsight.ray's naming hooks still apply: the child hosts the same actor (or none).
     child.run_state.first_call_hook = parent.run_state.first_call_hook
@@ -430,7 +439,6 @@ def _restart_after_fork() -> None:
 def _shutdown_at_exit() -> None:
     if _ACTIVE is not None:
         _ACTIVE.shutdown()
-
 
 
 def flush_telemetry(timeout_ms: int | None = None) -> bool:

@@ -204,8 +204,6 @@ def capture_telemetry(
 
     from rlsight.store._exporters import delta_temporality
 
-    previous = _runtime.set_aside_active()
-    previous_spec = _groups._current_spec()
     tmp = tempfile.TemporaryDirectory(prefix="rlsight-capture-") if run_dir is None else None
     config_overrides.setdefault("strict", True)
     config = TelemetryConfig(
@@ -225,6 +223,9 @@ def capture_telemetry(
         clock=clock,
         id_generator=CountingIdGenerator() if deterministic_ids else None,
     )
+    # Only once the capture's runtime exists: a config it cannot use leaves the process as it was.
+    previous = _runtime.set_aside_active()
+    previous_spec = _groups._current_spec()
     try:
         _runtime.install(telemetry)
         yield Capture(telemetry, spans, metrics, clock=clock)

@@ -58,7 +58,8 @@ class FakeClock:
     :func:`capture_telemetry`, it times every span rlsight starts and ends (``span``,
     ``step_span``, ``efficiency_span``...), hence the efficiency seconds, the step goodput of
     :func:`rlsight.last_step_summary` and the run-window percentages. Spans of other tracers
-    (the HTTP instrumentations) and the stall watchdog keep real time.
+    (the HTTP instrumentations), the ``rl.setup.duration`` histogram, the seconds
+    :class:`rlsight.TimerBridge` writes into your dict and the stall watchdog keep real time.
 
     Args:
         start: The time it starts at, in seconds since the epoch.

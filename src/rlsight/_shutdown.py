@@ -61,7 +61,6 @@ class ShutdownReport:
         return sum(self.dropped.values())
 
 
-
 class Closer(ProviderBuilder):
     """The flush-and-shutdown part of :class:`~rlsight.runtime.Telemetry` (a mixin).
 

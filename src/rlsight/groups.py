@@ -161,7 +161,7 @@ class _Registry:
 
 
 #: Process-scoped: libraries register their groups at import, once per process. Tests put it
-#: back with ``rlsight.testing.isolated_registries`` (``_snapshot_registry``).
+#: back with ``rlsight.testing.isolated_registries`` (``snapshot_registry``).
 _REGISTRY: Final = _Registry()
 
 
@@ -321,13 +321,13 @@ def after_fork() -> None:
     _REGISTRY.lock = threading.RLock()
 
 
-def _current_spec() -> tuple[str, ...]:
+def current_spec() -> tuple[str, ...]:
     """The spec set last (``set_span_group_spec`` or a runtime's setup), pending names included."""
     with _REGISTRY.lock:
         return _REGISTRY.spec
 
 
-def _snapshot_registry() -> Callable[[], None]:
+def snapshot_registry() -> Callable[[], None]:
     """A function that puts the registry (groups, presets, namespaces, spec) back as it is now.
 
     The registry is process-wide by design (libraries declare their groups at import), so a

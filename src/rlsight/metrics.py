@@ -231,7 +231,7 @@ def _require_otel_api(kinds: set[str], group: str) -> None:
         )
 
 
-def _snapshot_registry() -> Callable[[], None]:
+def snapshot_registry() -> Callable[[], None]:
     """A function that puts the metric-group registry back as it is now (for tests: see
     :func:`rlsight.testing.isolated_registries`; registration is process-wide by design)."""
     with _GROUPS_LOCK:

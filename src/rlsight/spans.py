@@ -360,10 +360,10 @@ def efficiency_table() -> dict[str, tuple[str, Bucket | None]]:
         return dict(_EFFICIENCY)
 
 
-def _snapshot_efficiency() -> Callable[[], None]:
+def snapshot_efficiency() -> Callable[[], None]:
     """A function that puts the declared categories back as they are now (for tests: see
     :func:`rlsight.testing.isolated_registries`; declarations are process-wide by design)."""
-    saved = _efficiency_table()
+    saved = efficiency_table()
 
     def restore() -> None:
         with _EFFICIENCY_LOCK:

@@ -226,7 +226,7 @@ def capture_telemetry(
     )
     # Only once the capture's runtime exists: a config it cannot use leaves the process as it was.
     previous = _runtime.set_aside_active()
-    previous_spec = _groups._current_spec()
+    previous_spec = _groups.current_spec()
     try:
         _runtime.install(telemetry)
         yield Capture(telemetry, spans, metrics, clock=clock)
@@ -247,7 +247,7 @@ def isolated_metric_groups() -> Iterator[None]:
     the step tee records every registered group; a test that declares groups, or imports a
     module that does, uses this so later tests see the registry as it was.
     """
-    restore = _metrics._snapshot_registry()
+    restore = _metrics.snapshot_registry()
     try:
         yield
     finally:
@@ -263,8 +263,8 @@ def isolated_registries() -> Iterator[None]:
     library declares them once, at import); a test that declares its own wraps itself in this
     (an autouse fixture) so no declaration leaks into the next test.
     """
-    restores = (_groups._snapshot_registry(), _metrics._snapshot_registry(),
-                _spans._snapshot_efficiency())
+    restores = (_groups.snapshot_registry(), _metrics.snapshot_registry(),
+                _spans.snapshot_efficiency())
     try:
         yield
     finally:

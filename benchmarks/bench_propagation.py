@@ -25,20 +25,24 @@ from _harness import Result, compare, emit_json, parse_args, ratio_table, time_p
 
 import rlsight
 from rlsight import RL, TelemetryConfig, umbrella_span
-from rlsight import propagation as _propagation
 from rlsight.propagation import (
     accepts_trace_context,
     current_trace_carrier,
     dispatch_with_trace_context,
     trace_context_kwargs,
 )
+from rlsight.runtime import active_runtime
 
 
 def carrier_build(quick: bool) -> dict[str, object]:
     """First call under a span (inject) vs every later call under the same span (cache hit)."""
 
+    runtime = active_runtime()
+    assert runtime is not None
+    carriers = runtime.run_state.carriers
+
     def first_call() -> object:
-        _propagation._carriers.clear()  # as if the span had just started
+        carriers.clear()  # as if the span had just started
         return current_trace_carrier()
 
     with umbrella_span(RL.STEP, "rl.bench.step"):

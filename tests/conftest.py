@@ -44,7 +44,6 @@ _SLOW = (
     "analysis/test_catalog.py",  # a run recorded in a subprocess
     "analysis/test_properties.py",  # hypothesis over whole runs
     "analysis/test_intervals.py",  # hypothesis against brute force
-    "cli/test_diff_cli.py",  # two recorded runs with a known delay
     "test_step_summary.py",  # hypothesis: online against offline goodput
     "store/test_store.py::TestAcrossProcesses",  # child writers, one killed mid-write
     "test_runtime.py::TestShutdown",  # hung collectors cost the shutdown budget

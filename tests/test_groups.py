@@ -14,7 +14,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlsight import groups
 from rlsight.buckets import Bucket
 from rlsight.errors import RlsightWarning, SpanGroupError
 from rlsight.groups import (
@@ -28,7 +27,7 @@ from rlsight.groups import (
     set_span_group_spec,
 )
 from rlsight.runtime import active_runtime
-from rlsight.testing import capture_telemetry
+from rlsight.testing import capture_telemetry, isolated_registries
 
 _RL_PRODUCTIVE = {"generation", "reward", "training", "optimizer"}
 _RL_OVERHEAD = {"logprob", "refit", "checkpoint", "validation", "data_plane"}
@@ -50,13 +49,10 @@ def _register_fresh(n: int = 1, *, namespace: str | None = None) -> tuple[str, l
 
 
 @pytest.fixture(autouse=True)
-def _restore_spec() -> Iterator[None]:
-    """Put the process's spec back, so a pending name set here never leaks into another test."""
-    saved = groups._REGISTRY.spec
-    yield
-    with groups._REGISTRY.lock:
-        groups._REGISTRY.spec = saved
-        groups._REGISTRY.publish()
+def _restore_registry() -> Iterator[None]:
+    """Put the registry and spec back, so nothing registered or set here leaks into another test."""
+    with isolated_registries():
+        yield
 
 
 # -- the rl namespace -------------------------------------------------------------------------
@@ -198,7 +194,7 @@ class TestPending:
         with pytest.warns(RlsightWarning, match=namespace), capture_telemetry(span_groups=[namespace]):
             _, names = _register_fresh(2, namespace=namespace)
             assert all(is_span_group_enabled(n) for n in names)
-            assert groups._REGISTRY.resolution.pending == ()
+            assert resolve_span_group_spec([namespace]).pending == ()
 
     def test_pending_group_name_is_enabled_when_registered_later(self) -> None:
         name = _fresh()

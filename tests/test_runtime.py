@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -16,17 +17,12 @@ from typing import Any
 
 import pytest
 
+from rlsight._setup import init_worker, setup_telemetry
 from rlsight._span_manager import NOOP
 from rlsight.config import TelemetryConfig
 from rlsight.errors import ConfigError, RlsightWarning, TelemetryStateError
 from rlsight.groups import is_span_group_enabled
-from rlsight.runtime import (
-    ShutdownReport,
-    active_runtime,
-    init_worker,
-    setup_telemetry,
-    shutdown_telemetry,
-)
+from rlsight.runtime import ShutdownReport, active_runtime, shutdown_telemetry
 from rlsight.spans import span
 from rlsight.store import read_manifest, read_spans
 
@@ -343,7 +339,12 @@ class _BlackHole:
             self._conns.append(conn)
 
     def close(self) -> None:
+        """Stop accepting, then close every connection, one accepted at the last moment too
+        (left open, it was garbage-collected during a later test as a ResourceWarning)."""
+        with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)  # wakes the accept() of the thread
         self._server.close()
+        self._thread.join(timeout=5)
         for conn in self._conns:
             conn.close()
 

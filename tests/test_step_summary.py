@@ -267,15 +267,18 @@ def test_online_equals_offline_on_random_trees(tmp_path_factory, steps, free):
 
 def test_capture_telemetry_rolls_steps_up_like_the_driver():
     """Users test their trainer's logging with rlsight.testing, without a run folder."""
-    from rlsight.testing import capture_telemetry
+    from rlsight.testing import FakeClock, capture_telemetry
 
-    with capture_telemetry():
+    clock = FakeClock()
+    with capture_telemetry(clock=clock):
         with rlsight.step_span(3):
+            clock.advance(0.75)
             with rlsight.efficiency_span("idle/barrier"):
-                time.sleep(0.002)
+                clock.advance(0.25)
         summary = rlsight.last_step_summary()
     assert summary["rlsight/step"] == 3.0
-    assert summary["rlsight/idle/barrier_s"] == summary["rlsight/idle_s"] > 0
+    assert summary["rlsight/wall_s"] == 1.0
+    assert summary["rlsight/idle/barrier_s"] == summary["rlsight/idle_s"] == 0.25
 
 
 # -- discard(): what online and the report agree on, and exactly what differs -------------------

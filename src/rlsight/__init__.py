@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from importlib import metadata as _metadata
 
+from rlsight._setup import init_worker, setup_telemetry
 from rlsight.buckets import Bucket, BucketName, bucket_scope, per_prompt_scope
 from rlsight.config import SETTINGS, Setting, TelemetryConfig
 from rlsight.discards import discard
@@ -53,8 +54,6 @@ from rlsight.runtime import (
     ShutdownReport,
     Telemetry,
     flush_telemetry,
-    init_worker,
-    setup_telemetry,
     shutdown_telemetry,
 )
 from rlsight.span_context import SpanContextManager

@@ -215,9 +215,9 @@ class LiveSpan:
                     span.record_exception(exc, attributes=_scrubbed_exception(exc))
                 span.set_status(Status(StatusCode.ERROR, scrub(_describe(exc))))
         finally:
-            span.end()
-        if self._category is not None:
             rt = _runtime._ACTIVE
+            span.end(None if rt is None or rt.clock is None else rt.clock())
+        if self._category is not None:
             start, end = getattr(span, "start_time", None), getattr(span, "end_time", None)
             if rt is not None and start is not None and end is not None:
                 rt.add_efficiency_seconds(self._category, (end - start) / 1e9)

@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
-from rlsight._instruments import InstrumentCache
 from rlsight._readable import span_attributes
 from rlsight._semconv import BUCKET, RANK, STEP, STEP_SPAN, WORKER_GROUP
 from rlsight.errors import warn_once
@@ -68,7 +67,6 @@ WINDOW_S: Final = 10.0
 #: A window also closes early once this many spans ended in it, so a process that emits
 #: thousands of spans a second never holds more than this many ended spans for it.
 WINDOW_SPANS: Final = 10_000
-_INSTRUMENTS: Final = InstrumentCache()
 #: The fields the rollup reads, as the SDK's ``ReadableSpan`` stores them: one C-level call
 #: per span (the public properties cost a Python call per field per span).
 _FIELDS: Final = attrgetter(
@@ -248,15 +246,15 @@ class StepRollupProcessor(SpanProcessor):
 
 
 def _record(runtime: Telemetry, result: StepGoodput, summary: dict[str, float]) -> None:
-    meter = runtime.meter
+    meter, instruments = runtime.meter, runtime.run_state.instruments
     step = result.step
-    counter = _INSTRUMENTS.counter(
+    counter = instruments.counter(
         meter, GOODPUT_SECONDS, "s", "Seconds of each step in each goodput bucket (driver timeline).")
     for bucket in SUMMARY_BUCKETS:
         counter.add(summary[f"{SUMMARY_PREFIX}{bucket}_s"], {STEP: step, BUCKET: bucket})
-    _INSTRUMENTS.gauge(meter, GOODPUT_PCT, "%", "Productive share of the step's wall time.").set(
+    instruments.gauge(meter, GOODPUT_PCT, "%", "Productive share of the step's wall time.").set(
         summary[f"{SUMMARY_PREFIX}goodput_pct"], {STEP: step})
-    contributor = _INSTRUMENTS.counter(
+    contributor = instruments.counter(
         meter, GOODPUT_CONTRIBUTOR_SECONDS, "s",
         "Seconds of each step a span name (or efficiency category) decided, by bucket.")
     from rlsight.analysis.model import span_label
@@ -270,7 +268,7 @@ def _record(runtime: Telemetry, result: StepGoodput, summary: dict[str, float]) 
 def _record_window(runtime: Telemetry, nanoseconds: Mapping[str, int]) -> None:
     resource = runtime.resource_attributes
     identity = {WORKER_GROUP: resource.get(WORKER_GROUP, "unknown"), RANK: resource.get(RANK, 0)}
-    counter = _INSTRUMENTS.counter(
+    counter = runtime.run_state.instruments.counter(
         runtime.meter, PROCESS_SECONDS, "s",
         "Seconds of this process's wall time in each goodput bucket (its own timelines).")
     for bucket in SUMMARY_BUCKETS:

@@ -61,6 +61,9 @@ class RlsightWarning(UserWarning):
     """Telemetry is reduced or a setting is ignored; the run itself goes on."""
 
 
+#: Keys already warned about. Process-scoped on purpose: a warning is about the code or config
+#: of the process (a typo'd group, a bad value), and repeating it for every run a notebook or
+#: a test starts would be noise; ``rlsight.testing.capture_telemetry`` forgets them per capture.
 _warned: set[str] = set()
 _warned_lock = threading.Lock()
 

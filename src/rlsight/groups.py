@@ -15,7 +15,7 @@ much as a ``dict.get``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -99,6 +99,9 @@ class _Gate:
         self.groups: dict[str, SpanGroup] = {}
 
 
+#: Process-scoped: the mirror of the active runtime's groups that every emit helper reads,
+#: kept a module attribute so a disabled span costs one lookup (benchmarks/bench_gate.py).
+#: Only the runtime turns it on and off (``_activate``/``_deactivate``).
 _GATE: Final = _Gate()
 
 
@@ -157,6 +160,8 @@ class _Registry:
         _GATE.enabled = enabled
 
 
+#: Process-scoped: libraries register their groups at import, once per process. Tests put it
+#: back with ``rlsight.testing.isolated_registries`` (``snapshot_registry``).
 _REGISTRY: Final = _Registry()
 
 
@@ -314,6 +319,34 @@ def _activate(spec: Iterable[str]) -> SpanGroupResolution:
 def after_fork() -> None:
     """Replace the registry lock in a forked child (another thread may have held it)."""
     _REGISTRY.lock = threading.RLock()
+
+
+def current_spec() -> tuple[str, ...]:
+    """The spec set last (``set_span_group_spec`` or a runtime's setup), pending names included."""
+    with _REGISTRY.lock:
+        return _REGISTRY.spec
+
+
+def snapshot_registry() -> Callable[[], None]:
+    """A function that puts the registry (groups, presets, namespaces, spec) back as it is now.
+
+    The registry is process-wide by design (libraries declare their groups at import), so a
+    test that registers groups restores it through :func:`rlsight.testing.isolated_registries`.
+    """
+    with _REGISTRY.lock:
+        owner, presets = dict(_REGISTRY.owner), dict(_REGISTRY.presets)
+        namespaces = {k: list(v) for k, v in _REGISTRY.namespaces.items()}
+        spec, groups = _REGISTRY.spec, dict(_GATE.groups)
+
+    def restore() -> None:
+        with _REGISTRY.lock:
+            _REGISTRY.owner, _REGISTRY.presets = dict(owner), dict(presets)
+            _REGISTRY.namespaces = {k: list(v) for k, v in namespaces.items()}
+            _REGISTRY.spec = spec
+            _GATE.groups = dict(groups)
+            _REGISTRY.publish()
+
+    return restore
 
 
 def _deactivate() -> None:

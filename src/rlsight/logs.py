@@ -29,6 +29,9 @@ __all__ = ["LOG_EVENT", "instrument_logging", "uninstrument_logging"]
 LOG_EVENT: Final = "log"
 
 _LOCK: Final = threading.Lock()
+#: The log-record factory the bridge wrapped, put back by ``uninstrument_logging``. Process-
+#: scoped because the factory is: ``logging.setLogRecordFactory`` is one per process, and the
+#: bridge outlives runs (it reads the active runtime per record).
 _previous: Callable[..., logging.LogRecord] | None = None
 
 

@@ -23,15 +23,12 @@ from __future__ import annotations
 
 import math
 import threading
-import time
-from collections import Counter as _Tally
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 from rlsight._doc_tables import METRIC_COLUMNS, markdown_table
-from rlsight._instruments import InstrumentCache
 from rlsight._semconv import EFFICIENCY_CATEGORY, EFFICIENCY_MEASUREMENT, STEP
 from rlsight.errors import MetricSpecError, warn_once
 from rlsight.runtime import active_runtime
@@ -40,6 +37,7 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import Meter
     from opentelemetry.util.types import AttributeValue
 
+    from rlsight._instruments import InstrumentCache
     from rlsight.runtime import Telemetry
 
 __all__ = [
@@ -132,6 +130,8 @@ class MetricSpec:
 
 # -- the registry ---------------------------------------------------------------------------
 
+#: Declared metric groups. Process-scoped: declared at import of the module that owns them,
+#: once per process; tests put them back with ``rlsight.testing.isolated_registries``.
 _GROUPS: dict[str, tuple[MetricSpec, ...]] = {}
 _GROUPS_LOCK: Final = threading.Lock()
 
@@ -231,6 +231,20 @@ def _require_otel_api(kinds: set[str], group: str) -> None:
         )
 
 
+def snapshot_registry() -> Callable[[], None]:
+    """A function that puts the metric-group registry back as it is now (for tests: see
+    :func:`rlsight.testing.isolated_registries`; registration is process-wide by design)."""
+    with _GROUPS_LOCK:
+        saved = dict(_GROUPS)
+
+    def restore() -> None:
+        with _GROUPS_LOCK:
+            _GROUPS.clear()
+            _GROUPS.update(saved)
+
+    return restore
+
+
 def registered_metric_groups() -> Mapping[str, tuple[MetricSpec, ...]]:
     """Every registered group and its specs, in registration order (a read-only copy)."""
     with _GROUPS_LOCK:
@@ -239,13 +253,13 @@ def registered_metric_groups() -> Mapping[str, tuple[MetricSpec, ...]]:
 
 # -- recording --------------------------------------------------------------------------------
 
-_INSTRUMENTS: Final = InstrumentCache()
 _MISSING: Final = object()
 _Record: TypeAlias = "Callable[[float, Mapping[str, AttributeValue] | None], None]"
 _Bound: TypeAlias = "tuple[tuple[MetricSpec, _Record], ...]"
 
 
-def _bind(meter: Meter, group: str, specs: tuple[MetricSpec, ...]) -> _Bound:
+def _bind(instruments: InstrumentCache, meter: Meter, group: str,
+          specs: tuple[MetricSpec, ...]) -> _Bound:
     """Each spec with the bound method that records it (``set``/``add``/``record``).
 
     Built once per meter and group, so the per-step loop makes one call per key and never
@@ -258,15 +272,15 @@ def _bind(meter: Meter, group: str, specs: tuple[MetricSpec, ...]) -> _Bound:
             args = (meter, spec.name, spec.unit, spec.description)
             record: _Record
             if spec.kind == "gauge":
-                record = _INSTRUMENTS.gauge(*args).set
+                record = instruments.gauge(*args).set
             elif spec.kind == "counter":
-                record = _INSTRUMENTS.counter(*args).add
+                record = instruments.counter(*args).add
             else:
-                record = _INSTRUMENTS.histogram(*args).record
+                record = instruments.histogram(*args).record
             out.append((spec, record))
         return tuple(out)
 
-    return _INSTRUMENTS.memo(meter, "group:" + group, build)
+    return instruments.memo(meter, "group:" + group, build)
 
 
 def _number(group: str, spec: MetricSpec, raw: object) -> float | None:
@@ -292,7 +306,7 @@ def _number(group: str, spec: MetricSpec, raw: object) -> float | None:
 
 
 def _record_group(
-    meter: Meter,
+    runtime: Telemetry,
     group: str,
     values: Mapping[str, object],
     attributes: Mapping[str, AttributeValue] | None,
@@ -307,7 +321,8 @@ def _record_group(
             stacklevel=3,
         )
         return
-    for spec, record in _bind(meter, group, specs):
+    meter, instruments = runtime.meter, runtime.run_state.instruments
+    for spec, record in _bind(instruments, meter, group, specs):
         raw = values.get(spec.logger_key, _MISSING)
         if raw is _MISSING:
             reason = "missing"  # never a 0: the point is left out, and the gap is counted
@@ -331,7 +346,7 @@ def _record_group(
             else:
                 record(value, attributes)
                 continue
-        _INSTRUMENTS.counter(meter, SKIPPED, "{point}", _SKIPPED_DOC).add(
+        instruments.counter(meter, SKIPPED, "{point}", _SKIPPED_DOC).add(
             1, {**(attributes or {}), _NAME: spec.name, _REASON: reason}
         )
 
@@ -361,22 +376,9 @@ def record_metrics(
     if runtime is None:
         return
     try:
-        _record_group(runtime.meter, group, values, attributes)
+        _record_group(runtime, group, values, attributes)
     except Exception as exc:  # the runtime's guard: log once (raise when strict), run goes on
         runtime.report_internal_error("record_metrics", exc)
-
-
-class _RunWindow:
-    """Efficiency seconds accumulated over the run, for ``rl.window="run"`` percentages."""
-
-    __slots__ = ("runtime", "seconds")
-
-    def __init__(self, runtime: Telemetry | None) -> None:
-        self.runtime = runtime
-        self.seconds: _Tally[tuple[str, str]] = _Tally()
-
-
-_RUN: _RunWindow = _RunWindow(None)
 
 
 def tee_step_metrics(
@@ -412,7 +414,7 @@ def tee_step_metrics(
         meter = runtime.meter
         attributes: dict[str, AttributeValue] = {STEP: step, WINDOW_ATTRIBUTE: window}
         for group in tuple(_GROUPS):
-            _record_group(meter, group, values, attributes)
+            _record_group(runtime, group, values, attributes)
         _record_efficiency(runtime, meter, step, denominator_s)
     except Exception as exc:  # the runtime's guard: log once (raise when strict), run goes on
         runtime.report_internal_error("tee_step_metrics", exc)
@@ -421,12 +423,10 @@ def tee_step_metrics(
 def _record_efficiency(
     runtime: Telemetry, meter: Meter, step: int, denominator_s: float | None
 ) -> None:
-    global _RUN
+    instruments = runtime.run_state.instruments
     drained = runtime.take_efficiency_measurements()
-    run = _RUN
-    if run.runtime is not runtime:
-        run = _RUN = _RunWindow(runtime)
-    run.seconds.update(drained)
+    run_seconds = runtime.run_state.run_efficiency  # the run window: since setup
+    run_seconds.update(drained)
     if denominator_s is not None and not (denominator_s > 0 and math.isfinite(denominator_s)):
         warn_once(
             f"rlsight.metrics.denominator:{denominator_s!r}",
@@ -438,23 +438,23 @@ def _record_efficiency(
     if denominator_s is not None:
         pct_window, wall_s = "step", denominator_s
     else:
-        pct_window, wall_s = "run", (time.time_ns() - runtime.started_ns) / 1e9
-    seconds_counter = _INSTRUMENTS.counter(
+        pct_window, wall_s = "run", (runtime.now_ns() - runtime.started_ns) / 1e9
+    seconds_counter = instruments.counter(
         meter, EFFICIENCY_SECONDS, "s", "Seconds spent in each efficiency category this step."
     )
-    pct_gauge = _INSTRUMENTS.gauge(
+    pct_gauge = instruments.gauge(
         meter, EFFICIENCY_PCT, "%", "Share of the window's wall time in each efficiency category."
     )
     # Every category seen so far gets a point each step: efficiency spans account for all
     # of this process's time in a category, so a category absent this step truly took 0 s.
-    for key in sorted(run.seconds):
+    for key in sorted(run_seconds):
         category, measurement = key
         seconds = drained.get(key, 0.0)
         attributes: dict[str, str | int] = {
             STEP: step, EFFICIENCY_CATEGORY: category, EFFICIENCY_MEASUREMENT: measurement,
         }
         seconds_counter.add(seconds, attributes)
-        share = seconds if pct_window == "step" else run.seconds[key]
+        share = seconds if pct_window == "step" else run_seconds[key]
         if wall_s > 0:
             pct_gauge.set(100.0 * share / wall_s, {**attributes, WINDOW_ATTRIBUTE: pct_window})
 
@@ -500,7 +500,7 @@ def record_inference(
     if runtime is None:
         return
     try:
-        meter = runtime.meter
+        meter, instruments = runtime.meter, runtime.run_state.instruments
         attributes: dict[str, AttributeValue] = {
             "gen_ai.request.model": model,
             "gen_ai.operation.name": operation,
@@ -512,12 +512,12 @@ def record_inference(
                 name, description = _GEN_AI_CLIENT_DURATION, "GenAI operation duration."
             else:
                 name, description = _GEN_AI_SERVER_DURATION, "GenAI server request duration."
-            _INSTRUMENTS.histogram(meter, name, "s", description, _DURATION_BUCKETS).record(
+            instruments.histogram(meter, name, "s", description, _DURATION_BUCKETS).record(
                 float(duration_s), attributes
             )
         if side == "server":
             return
-        tokens = _INSTRUMENTS.histogram(
+        tokens = instruments.histogram(
             meter, _GEN_AI_TOKENS, "{token}", "Tokens used per GenAI request.", _TOKEN_BUCKETS
         )
         for token_type, count, arg in (

@@ -58,14 +58,14 @@ TRACE_CONTEXT_KWARG: Final = "_rlsight_trace_ctx"
 _MARK: Final = "__rlsight_accepts_trace_context__"
 _PROPAGATOR: Final = TraceContextTextMapPropagator()
 
-# Built carriers, by span id (value: trace id, carrier). Cleared when full rather than kept
-# in LRU order: a step opens a bounded number of spans, and a rebuild costs one inject.
+# Built carriers are cached on the runtime (run_state.carriers), by span id. Cleared when full
+# rather than kept in LRU order: a step opens a bounded number of spans, and a rebuild costs
+# one inject.
 _CARRIER_CACHE_LIMIT: Final = 1024
-_carriers: dict[int, tuple[int, TraceCarrier]] = {}
 
-# Parsed remote spans, by (traceparent, tracestate): an actor called repeatedly with the same
-# carrier (one step's fan-out, a stream) parses it once.
-_remote_spans: dict[tuple[str, str | None], NonRecordingSpan] = {}
+# Parsed remote spans are cached on the runtime (run_state.remote_spans), by (traceparent,
+# tracestate): an actor called repeatedly with the same carrier (one step's fan-out, a stream)
+# parses it once.
 _REMOTE_CACHE_LIMIT: Final = 256
 
 # W3C Trace Context level 1 (https://www.w3.org/TR/trace-context/). A future version may
@@ -81,11 +81,6 @@ _TRACESTATE_MEMBER: Final = re.compile(
 _ZERO_TRACE: Final = "0" * 32
 _ZERO_SPAN: Final = "0" * 16
 
-# Set by rlsight.ray in a Ray worker whose worker group was not given explicitly: the first
-# decorated call names the process after its actor class, then clears the hook.
-_first_call_hook: Callable[[tuple[Any, ...]], None] | None = None
-
-
 # -- caller side ---------------------------------------------------------------------------
 
 def current_trace_carrier() -> TraceCarrier | None:
@@ -98,20 +93,22 @@ def current_trace_carrier() -> TraceCarrier | None:
     The carrier is built once per span and the same dict is returned while that span is
     current; do not modify it.
     """
-    if _runtime._ACTIVE is None:
+    runtime = _runtime._ACTIVE
+    if runtime is None:
         return None
     context = _trace.get_current_span().get_span_context()
     span_id = context.span_id
-    cached = _carriers.get(span_id)
+    carriers = runtime.run_state.carriers
+    cached = carriers.get(span_id)
     if cached is not None and cached[0] == context.trace_id:
         return cached[1]
     if not context.is_valid:
         return None
     carrier: TraceCarrier = {}
     _PROPAGATOR.inject(carrier)
-    if len(_carriers) >= _CARRIER_CACHE_LIMIT:
-        _carriers.clear()
-    _carriers[span_id] = (context.trace_id, carrier)
+    if len(carriers) >= _CARRIER_CACHE_LIMIT:
+        carriers.clear()
+    carriers[span_id] = (context.trace_id, carrier)
     return carrier
 
 
@@ -125,29 +122,27 @@ def trace_context_kwargs() -> dict[str, TraceCarrier]:
     carrier = current_trace_carrier()
     if carrier is None:
         return {}
-    if not _ray_env_checked:
-        _check_ray_runtime_env()
+    _check_ray_runtime_env()
     return {TRACE_CONTEXT_KWARG: carrier}
-
-
-# Whether the driver has looked at Ray's job runtime_env yet (once per process).
-_ray_env_checked = False
 
 
 def _check_ray_runtime_env() -> None:
     """Warn once when the driver sends carriers into a Ray job without rlsight's runtime_env.
 
     Without ``ray.init(runtime_env=ray_runtime_env(config))`` workers never set up telemetry:
-    the carriers arrive, every worker span is lost, and nothing else says so (issue #9).
+    the carriers arrive, every worker span is lost, and nothing else says so (issue #9). It
+    looks once per run (``run_state.ray_env_checked``), again while Ray is not initialised.
     """
-    global _ray_env_checked
-    _ray_env_checked = True
+    runtime = _runtime._ACTIVE
+    if runtime is None or runtime.run_state.ray_env_checked:
+        return
+    runtime.run_state.ray_env_checked = True
     ray = sys.modules.get("ray")
     if ray is None:
         return
     try:
         if not ray.is_initialized():
-            _ray_env_checked = False  # Ray may start later: look again then
+            runtime.run_state.ray_env_checked = False  # Ray may start later: look again then
             return
         context = ray.get_runtime_context()
         if getattr(getattr(context, "worker", None), "mode", None) != ray.SCRIPT_MODE:
@@ -164,10 +159,6 @@ def _check_ray_runtime_env() -> None:
             "(or merge it into your own runtime_env with ray_runtime_env(config, base=...))",
             stacklevel=4,
         )
-
-
-# Methods known to refuse the carrier (Ray's signature check), by "Class.method" name.
-_undecorated: set[str] = set()
 
 
 class _SupportsRemote(Protocol):
@@ -197,9 +188,11 @@ def dispatch_with_trace_context(method: _SupportsRemote, /, *args: Any, **kwargs
     carrier = current_trace_carrier()
     if carrier is None or TRACE_CONTEXT_KWARG in kwargs:
         return method.remote(*args, **kwargs)
-    if not _ray_env_checked:
-        _check_ray_runtime_env()
-    if _undecorated and _method_name(method) in _undecorated:
+    _check_ray_runtime_env()
+    runtime = _runtime._ACTIVE
+    # Methods known to refuse the carrier (Ray's signature check), by "Class.method" name.
+    undecorated = runtime.run_state.undecorated if runtime is not None else set()
+    if undecorated and _method_name(method) in undecorated:
         return method.remote(*args, **kwargs)
     kwargs[TRACE_CONTEXT_KWARG] = carrier
     try:
@@ -209,7 +202,7 @@ def dispatch_with_trace_context(method: _SupportsRemote, /, *args: Any, **kwargs
             raise
     del kwargs[TRACE_CONTEXT_KWARG]
     name = _method_name(method)
-    _undecorated.add(name)
+    undecorated.add(name)
     warn_once(
         f"undecorated-dispatch:{name}",
         f"rlsight: {name} does not accept a trace carrier (Ray rejected the "
@@ -280,15 +273,17 @@ def _carrier_context(carrier: object, where: str, depth: int) -> Context | None:
     if state is not None and not isinstance(state, str):
         return _malformed(where, f"tracestate is {_describe(state)}, not a str", depth)
     key = (parent, state)
-    span = _remote_spans.get(key)
+    runtime = _runtime._ACTIVE
+    remote_spans = runtime.run_state.remote_spans if runtime is not None else {}
+    span = remote_spans.get(key)
     if span is None:
         parsed = _parse(parent, state)
         if isinstance(parsed, str):
             return _malformed(where, parsed, depth)
         span = parsed
-        if len(_remote_spans) >= _REMOTE_CACHE_LIMIT:
-            _remote_spans.clear()
-        _remote_spans[key] = span
+        if len(remote_spans) >= _REMOTE_CACHE_LIMIT:
+            remote_spans.clear()
+        remote_spans[key] = span
     return _trace.set_span_in_context(span)
 
 
@@ -416,12 +411,14 @@ def accepts_trace_context(fn: F, /) -> F:
 
 def _enter(carrier: object, where: str, args: tuple[Any, ...]) -> Context | None:
     """Run the first-call hook; the context to attach for ``carrier``, if any."""
-    hook = _first_call_hook
-    if hook is not None:
-        hook(args)
+    runtime = _runtime._ACTIVE
+    if runtime is not None:
+        hook = runtime.run_state.first_call_hook
+        if hook is not None:
+            hook(args)
     if carrier is None:
         return None
-    if _runtime._ACTIVE is None:
+    if runtime is None:
         # A caller with telemetry on sent this; here nothing records it (issue #9).
         warn_once(
             "carrier-without-telemetry",

@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar
 
-from rlsight import propagation as _propagation
+from rlsight import _identity, _setup
 from rlsight import runtime as _runtime
 from rlsight.config import TelemetryConfig
 from rlsight.errors import ConfigError, warn_once
@@ -67,7 +67,7 @@ class _WorkerSetup:
 def _setup_worker() -> None:
     """Set up this worker's telemetry from the environment; never fail the worker."""
     try:
-        telemetry = _runtime.init_worker(deferred=True)
+        telemetry = _setup.init_worker(deferred=True)
     except Exception as exc:
         # Ray ends a worker whose setup hook raises; telemetry must never cost the run a
         # worker, so this is the guard: one warning, and the worker runs without it.
@@ -81,7 +81,7 @@ def _setup_worker() -> None:
     if telemetry is None:
         return
     try:
-        if _runtime.ENV_WORKER_GROUP in os.environ:
+        if _identity.ENV_WORKER_GROUP in os.environ:
             # Identity is known (worker_options): build providers now, at process start, so
             # the actor's first span does not pay for them inside step 1 (issue #9).
             telemetry._materialize()
@@ -89,9 +89,9 @@ def _setup_worker() -> None:
             # Named after its actor class on the first decorated call; until then only the
             # imports can be paid for up front (most of the cost).
             telemetry.preload()
-            _propagation._first_call_hook = _bind_actor_identity
+            telemetry.run_state.first_call_hook = _bind_actor_identity
             # An undecorated method (or __init__) may emit first: ask Ray then (issue #18).
-            _runtime._before_materialize = _bind_actor_identity_from_ray
+            telemetry.run_state.before_materialize = _bind_actor_identity_from_ray
     except Exception as exc:  # the guard: telemetry never costs the run a worker
         warn_once(
             "ray-worker-eager-setup",
@@ -115,7 +115,7 @@ def _bind_actor_identity_from_ray() -> None:
     Ray knows which actor a worker process hosts, whichever method runs; in a task's process
     there is no actor, and the group stays ``worker``.
     """
-    if _propagation._first_call_hook is not _bind_actor_identity:
+    if not _naming_pending():
         return  # already named (a decorated call, traced_actor) or named explicitly
     try:
         import ray
@@ -131,11 +131,19 @@ def _bind_actor_identity_from_ray() -> None:
         _bind_default_identity(class_name)
 
 
+def _naming_pending() -> bool:
+    """Whether this worker's group is still to be named after its actor class."""
+    telemetry = _runtime.active_runtime()
+    return telemetry is not None and telemetry.run_state.first_call_hook is _bind_actor_identity
+
+
 def _claim_default_identity() -> bool:
     """True once, in a worker whose group is still to be named after its actor class."""
-    if _propagation._first_call_hook is not _bind_actor_identity:
+    if not _naming_pending():
         return False
-    _propagation._first_call_hook = None
+    telemetry = _runtime.active_runtime()
+    assert telemetry is not None
+    telemetry.run_state.first_call_hook = None
     return True
 
 
@@ -213,11 +221,11 @@ def worker_options(
             f"worker_options(worker_group={worker_group!r}): expected a non-empty name without '/' "
             "(it is part of service.instance.id)"
         )
-    env: dict[str, str] = {_runtime.ENV_WORKER_GROUP: worker_group}
+    env: dict[str, str] = {_identity.ENV_WORKER_GROUP: worker_group}
     for name, value, var, low in (
-        ("rank", rank, _runtime.ENV_RANK, 0),
-        ("world_size", world_size, _runtime.ENV_WORLD_SIZE, 1),
-        ("devices", devices, _runtime.ENV_DEVICES, 1),
+        ("rank", rank, _identity.ENV_RANK, 0),
+        ("world_size", world_size, _identity.ENV_WORLD_SIZE, 1),
+        ("devices", devices, _identity.ENV_DEVICES, 1),
     ):
         if value is None:
             continue

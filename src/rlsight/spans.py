@@ -308,6 +308,8 @@ def setup_span(phase: str) -> SpanContextManager:
 
 # -- efficiency ----------------------------------------------------------------------------
 
+#: Declared efficiency categories. Process-scoped: declared at import, once per process;
+#: tests put them back with ``rlsight.testing.isolated_registries``.
 _EFFICIENCY: dict[str, tuple[str, Bucket | None]] = {}
 _EFFICIENCY_LOCK: Final = threading.Lock()
 _BUCKET_NAMES: Final = frozenset(b.value for b in Bucket)
@@ -356,6 +358,19 @@ def efficiency_table() -> dict[str, tuple[str, Bucket | None]]:
     """Category -> (span name, bucket or ``None``), a copy (the run catalog records it)."""
     with _EFFICIENCY_LOCK:
         return dict(_EFFICIENCY)
+
+
+def snapshot_efficiency() -> Callable[[], None]:
+    """A function that puts the declared categories back as they are now (for tests: see
+    :func:`rlsight.testing.isolated_registries`; declarations are process-wide by design)."""
+    saved = efficiency_table()
+
+    def restore() -> None:
+        with _EFFICIENCY_LOCK:
+            _EFFICIENCY.clear()
+            _EFFICIENCY.update(saved)
+
+    return restore
 
 
 def declared_efficiency_categories() -> tuple[str, ...]:

@@ -2,24 +2,36 @@
 
 ``capture_telemetry`` installs a fresh runtime with an in-memory span exporter and metric
 reader (plus the local store in a folder you choose), and on exit shuts it down and restores
-the previous one, so tests run in any order without touching private globals. It sets
-``strict=True``: an internal telemetry error raises instead of being logged once, so a test
-cannot pass over a broken instrumentation.
+the previous one, so tests run in any order. It sets ``strict=True``: an internal telemetry
+error raises instead of being logged once, so a test cannot pass over a broken
+instrumentation. With a :class:`FakeClock` rlsight's spans take their times from it, so a test
+advances the clock instead of sleeping; with ``deterministic_ids=True`` trace and span ids
+count up from 1.
+
+``isolated_registries`` puts the process-wide registries (span groups and presets, metric
+groups, efficiency categories) back as they were when a block ends.
 
 It is not thread-safe to nest captures from several threads at once; one capture per test.
 """
 
 from __future__ import annotations
 
+import itertools
 import tempfile
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry.sdk.trace.id_generator import IdGenerator
+
 from rlsight import groups as _groups
+from rlsight import metrics as _metrics
 from rlsight import runtime as _runtime
+from rlsight import spans as _spans
+from rlsight._identity import Identity
 from rlsight.config import TelemetryConfig
 from rlsight.errors import _reset_warn_once
 
@@ -28,7 +40,69 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-__all__ = ["Capture", "CapturedPoint", "capture_telemetry", "isolated_metric_groups"]
+__all__ = [
+    "Capture",
+    "CapturedPoint",
+    "CountingIdGenerator",
+    "FakeClock",
+    "capture_telemetry",
+    "isolated_metric_groups",
+    "isolated_registries",
+]
+
+
+class FakeClock:
+    """A wall clock that moves only when told: a test advances it instead of sleeping.
+
+    Call it for now in ns since the epoch (what OpenTelemetry records). Passed to
+    :func:`capture_telemetry`, it times every span rlsight starts and ends (``span``,
+    ``step_span``, ``efficiency_span``...), hence the efficiency seconds, the step goodput of
+    :func:`rlsight.last_step_summary` and the run-window percentages. Spans of other tracers
+    (the HTTP instrumentations), the ``rl.setup.duration`` histogram, the seconds
+    :class:`rlsight.TimerBridge` writes into your dict and the stall watchdog keep real time.
+
+    Args:
+        start: The time it starts at, in seconds since the epoch.
+    """
+
+    __slots__ = ("_lock", "_ns")
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self._ns = round(start * 1e9)
+        self._lock = threading.Lock()
+
+    def __call__(self) -> int:
+        return self._ns
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock forward by ``seconds`` (never back: durations stay non-negative)."""
+        if not seconds >= 0:
+            raise ValueError(f"FakeClock.advance({seconds!r}): expected seconds >= 0")
+        with self._lock:
+            self._ns += round(seconds * 1e9)
+
+    def time(self) -> float:
+        """Now in seconds since the epoch, as :func:`time.time` gives it."""
+        return self._ns / 1e9
+
+
+class CountingIdGenerator(IdGenerator):
+    """Trace and span ids that count up from 1, so a captured trace is the same every run."""
+
+    __slots__ = ("_spans", "_traces")
+
+    def __init__(self) -> None:
+        self._spans = itertools.count(1)
+        self._traces = itertools.count(1)
+
+    def generate_span_id(self) -> int:
+        return next(self._spans)
+
+    def generate_trace_id(self) -> int:
+        return next(self._traces)
+
+    def is_trace_id_random(self) -> bool:
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +125,8 @@ class Capture:
     _spans: InMemorySpanExporter
     _metrics: InMemoryMetricReader
     _points: list[CapturedPoint] = field(default_factory=list)
+    #: The clock the capture was given, or ``None`` when it keeps real time.
+    clock: FakeClock | None = None
 
     @property
     def run_dir(self) -> Path:
@@ -101,6 +177,8 @@ def capture_telemetry(
     worker_group: str = "driver",
     rank: int = 0,
     world_size: int = 1,
+    clock: FakeClock | None = None,
+    deterministic_ids: bool = False,
     **config_overrides: Any,
 ) -> Iterator[Capture]:
     """Set up telemetry that records into memory for the duration of the block.
@@ -113,6 +191,9 @@ def capture_telemetry(
             inside the block.
         rank: ``rl.rank``.
         world_size: ``rl.world_size``.
+        clock: Time rlsight's spans by this :class:`FakeClock` instead of the wall clock
+            (also ``Capture.clock``).
+        deterministic_ids: Trace and span ids count up from 1 (:class:`CountingIdGenerator`).
         **config_overrides: Other :class:`~rlsight.TelemetryConfig` fields.
 
     Yields:
@@ -124,10 +205,6 @@ def capture_telemetry(
 
     from rlsight.store._exporters import delta_temporality
 
-    previous = _runtime._ACTIVE
-    previous_spec = _groups._REGISTRY.spec
-    if previous is not None:
-        _runtime._ACTIVE = None
     tmp = tempfile.TemporaryDirectory(prefix="rlsight-capture-") if run_dir is None else None
     config_overrides.setdefault("strict", True)
     config = TelemetryConfig(
@@ -140,20 +217,24 @@ def capture_telemetry(
     _reset_warn_once()
     telemetry = _runtime.Telemetry(
         config,
-        _runtime._Identity(worker_group, rank, world_size),
+        Identity(worker_group, rank, world_size),
         span_processors=[SimpleSpanProcessor(spans)],
         metric_readers=[metrics],
         driver=worker_group == "driver",
+        clock=clock,
+        id_generator=CountingIdGenerator() if deterministic_ids else None,
     )
+    # Only once the capture's runtime exists: a config it cannot use leaves the process as it was.
+    previous = _runtime.set_aside_active()
+    previous_spec = _groups.current_spec()
     try:
-        _runtime._install(telemetry)
-        yield Capture(telemetry, spans, metrics)
+        _runtime.install(telemetry)
+        yield Capture(telemetry, spans, metrics, clock=clock)
     finally:
         telemetry.shutdown(timeout_ms=5000)
         _groups.set_span_group_spec(previous_spec)
         if previous is not None:
-            _runtime._ACTIVE = previous
-            _groups._activate(previous.config.span_groups)
+            _runtime.restore_active(previous)
         if tmp is not None:
             tmp.cleanup()
 
@@ -166,13 +247,26 @@ def isolated_metric_groups() -> Iterator[None]:
     the step tee records every registered group; a test that declares groups, or imports a
     module that does, uses this so later tests see the registry as it was.
     """
-    from rlsight import metrics
-
-    with metrics._GROUPS_LOCK:
-        saved = dict(metrics._GROUPS)
+    restore = _metrics.snapshot_registry()
     try:
         yield
     finally:
-        with metrics._GROUPS_LOCK:
-            metrics._GROUPS.clear()
-            metrics._GROUPS.update(saved)
+        restore()
+
+
+@contextmanager
+def isolated_registries() -> Iterator[None]:
+    """Put every process-wide registry back, at the end of the block, as it was at its start.
+
+    That is the span groups, presets and namespaces with the current span-group spec, the
+    metric groups and the efficiency categories. Declarations are process-wide on purpose (a
+    library declares them once, at import); a test that declares its own wraps itself in this
+    (an autouse fixture) so no declaration leaks into the next test.
+    """
+    restores = (_groups.snapshot_registry(), _metrics.snapshot_registry(),
+                _spans.snapshot_efficiency())
+    try:
+        yield
+    finally:
+        for restore in restores:
+            restore()

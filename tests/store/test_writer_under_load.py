@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rlsight._batching import BatchingSpanProcessor
-from rlsight.runtime import DROPPED_SPANS, STORE_MAX_LAG_S
+from rlsight._providers import DROPPED_SPANS, STORE_MAX_LAG_S
 from rlsight.store import read_metrics, read_spans
 
 #: The store's promise: a span that ended this long before a SIGKILL is on disk (or counted).

@@ -93,7 +93,7 @@ def configuration_table() -> str:
 
 def identity_table() -> str:
     """The per-process identity variables and the resource attributes they set."""
-    from rlsight.runtime import IDENTITY_ENV
+    from rlsight._identity import IDENTITY_ENV
 
     rows = [[f"`{env}`", f"`{attr}`", default, doc] for env, attr, default, doc in IDENTITY_ENV]
     return markdown_table(["env var", "resource attribute", "default", "description"], rows)

@@ -6,7 +6,6 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
-from rlsight._instruments import InstrumentCache
 from rlsight._semconv import STEP
 from rlsight.engines._deltas import EngineHistogram, EngineSeries, EngineValue
 from rlsight.engines._vocabulary import ENGINE_SERIES, SPECS
@@ -17,10 +16,11 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import Meter
     from opentelemetry.util.types import AttributeValue
 
+    from rlsight._instruments import InstrumentCache
+
 __all__ = ["record_engine_deltas"]
 
 
-_INSTRUMENTS: Final = InstrumentCache()
 _HISTOGRAM_PARTS: Final = {
     spec.name: (spec.name + ".count", spec.name + ".sum", spec.name + ".bucket")
     for spec in ENGINE_SERIES
@@ -49,12 +49,13 @@ def record_engine_deltas(
     if not deltas or runtime is None:
         return
     try:
-        _record_engine_deltas(runtime.meter, step, deltas, engine)
+        _record_engine_deltas(runtime.run_state.instruments, runtime.meter, step, deltas, engine)
     except Exception as exc:  # a metrics failure must not end the training step
         runtime.report_internal_error("record_engine_deltas", exc)
 
 
 def _record_engine_deltas(
+    instruments: InstrumentCache,
     meter: Meter, step: int, deltas: Mapping[EngineSeries, EngineValue], engine: str
 ) -> None:
     base: dict[str, AttributeValue] = {STEP: step, "rl.engine.name": engine}
@@ -70,21 +71,21 @@ def _record_engine_deltas(
             continue
         attributes = {**base, **dict(series.attributes)}
         if spec.kind == "gauge" and not isinstance(value, EngineHistogram):
-            _INSTRUMENTS.gauge(meter, spec.name, spec.unit, spec.description).set(value, attributes)
+            instruments.gauge(meter, spec.name, spec.unit, spec.description).set(value, attributes)
             continue
         if not isinstance(value, EngineHistogram):
-            counter = _INSTRUMENTS.counter(meter, spec.name, spec.unit, spec.description)
+            counter = instruments.counter(meter, spec.name, spec.unit, spec.description)
             counter.add(value, attributes)
             continue
         count_name, sum_name, bucket_name = _HISTOGRAM_PARTS[spec.name]
-        _INSTRUMENTS.counter(meter, count_name, "1", f"Observations of {spec.name}.").add(
+        instruments.counter(meter, count_name, "1", f"Observations of {spec.name}.").add(
             value.count, attributes
         )
         if not math.isnan(value.sum):
-            _INSTRUMENTS.counter(meter, sum_name, spec.unit, f"Sum of {spec.name}.").add(
+            instruments.counter(meter, sum_name, spec.unit, f"Sum of {spec.name}.").add(
                 value.sum, attributes
             )
-        buckets = _INSTRUMENTS.counter(
+        buckets = instruments.counter(
             meter, bucket_name, "1", f"Observations of {spec.name} at most rl.engine.le."
         )
         running = 0.0

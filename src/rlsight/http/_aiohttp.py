@@ -15,6 +15,9 @@ __all__ = ["instrument_aiohttp_client", "instrument_aiohttp_server"]
 
 _EXTRA: Final = "http"
 _LOCK: Final = threading.Lock()
+#: The server middleware, built once per process: it holds no run state (the gated tracer it
+#: uses follows the active runtime per request), and being one object is what lets
+#: ``instrument_aiohttp_server`` see that an app is already instrumented.
 _server_middleware: Any = None
 
 

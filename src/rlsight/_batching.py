@@ -212,11 +212,14 @@ class BatchingSpanProcessor(SpanProcessor):
         (:meth:`_help_drain`) gets its turn between two batches instead of waiting for the
         whole backlog.
         """
-        while self._queue:
+        while True:
+            # Taken even when the queue is empty: a batch another thread holds is not
+            # exported until its export returns, and a flush must wait for it.
             with self._export_lock:
                 if not self._drain_locked(deadline, batches=1):
                     return False
-        return True
+                if not self._queue:
+                    return True
 
     def _drain_locked(self, deadline: float | None, batches: int | None) -> bool:
         """The export loop of :meth:`_drain`, under the export lock: at most ``batches``."""

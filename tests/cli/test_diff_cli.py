@@ -22,6 +22,9 @@ def _real_run(run_dir: Path, run_id: str, *, refit_delay: float, groups: tuple[s
     clock = FakeClock()
     with capture_telemetry(run_dir=run_dir, run_id=run_id, span_groups=groups, algorithm="grpo",
                            clock=clock), job_span():
+        # A real job starts before its first step: with a fake clock the two would start on
+        # the same nanosecond, and the job would count as a span of step 1.
+        clock.advance(0.01)
         for step in range(1, STEPS + 1):
             with step_span(step):
                 with span(RL.GENERATION, "rl.rollout.generate"):

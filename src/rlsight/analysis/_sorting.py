@@ -56,8 +56,8 @@ def _chunks(keys: Sequence[NDArray[np.generic]]) -> list[NDArray[np.generic]]:
 def lexsort(keys: Sequence[NDArray[np.generic]]) -> NDArray[np.intp]:
     """The indirect stable sort by ``keys`` (last key primary), equal to ``np.lexsort(keys)``."""
     keys = [np.asarray(k) for k in keys]
-    if len(keys[0]) == 0:
-        return np.zeros(0, np.intp)
+    if len(keys[0]) == 0 or any(k.dtype.kind not in "biu" for k in keys):
+        return np.lexsort(keys)
     chunks = _chunks(keys)
     order = np.argsort(chunks[0], kind="stable")
     if len(chunks) == 1:

@@ -17,8 +17,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rlsight._semconv import DEVICES, RANK, SERVICE_NAME, STEP_SPAN, WORKER_GROUP
-from rlsight.analysis.columns import SpanColumns
 from rlsight.analysis._sorting import lexsort
+from rlsight.analysis.columns import SpanColumns
 from rlsight.analysis.model import Timeline
 from rlsight.store._schema import AttributeValue
 
@@ -65,15 +65,12 @@ class SpanTable:
     orphans: int
     cycles: int
     duplicates: int
+    duration: I64
+    """Span durations, clamped at zero for a span whose clock stepped backwards."""
 
     def __len__(self) -> int:
         return len(self.cols.start)
 
-    @property
-    def duration(self) -> I64:
-        """Span durations, clamped at zero for a span whose clock stepped backwards."""
-        out: I64 = np.maximum(self.cols.end - self.cols.start, 0)
-        return out
 
     def name_id(self, name: str) -> int:
         """Interned id of span name ``name``, or -1 if no span has it."""
@@ -264,4 +261,5 @@ def build_table(cols: SpanColumns) -> SpanTable:
         orphans=orphans,
         cycles=cycles,
         duplicates=duplicates,
+        duration=np.maximum(cols.end - cols.start, 0),
     )

@@ -26,6 +26,7 @@ from rlsight.analysis._read import (
     start_worker,
     usable_cpus,
 )
+from rlsight.analysis._sorting import lexsort
 from rlsight.analysis.columns import NO_STEP
 from rlsight.store._lines import PARSE_ERRORS
 from rlsight.store._reader import file_span_batches, not_otlp, span_records
@@ -67,7 +68,7 @@ def window_spans(
     cols, skipped, _ = read_span_columns(run_dir)
     n = len(cols)
     # One slice per span, even where a retried export wrote a batch twice: the first read.
-    by_key = np.lexsort((np.arange(n), cols.span_id, cols.trace))
+    by_key = lexsort((np.arange(n), cols.span_id, cols.trace))
     first = np.ones(n, dtype=bool)
     if n > 1:
         first[by_key[1:]] = (cols.span_id[by_key[1:]] != cols.span_id[by_key[:-1]]) | (

@@ -23,8 +23,10 @@ _LIMIT = 1 << 63
 def _offset(key: NDArray[np.generic], lo: int) -> NDArray[np.int64]:
     """``key - lo`` as int64 (the caller checked the result fits)."""
     if key.dtype == np.uint64:
-        return (key - np.uint64(lo)).astype(np.int64)
-    return key.astype(np.int64, copy=False) - np.int64(lo)
+        unsigned: NDArray[np.uint64] = np.subtract(key, np.uint64(lo), dtype=np.uint64)
+        return unsigned.astype(np.int64)
+    out: NDArray[np.int64] = np.subtract(key, np.int64(lo), dtype=np.int64)
+    return out
 
 
 def _chunks(keys: Sequence[NDArray[np.generic]]) -> list[NDArray[np.generic]]:

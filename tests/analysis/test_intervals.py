@@ -84,3 +84,12 @@ def test_max_cover_is_the_same_when_times_are_too_wide_to_pack(rows):
     wide = max_cover(g, s * scale, e * scale, p)
     assert (wide.winner == narrow.winner).all() and (wide.group == narrow.group).all()
     assert (wide.start == narrow.start * scale).all()
+
+
+@given(intervals)
+@settings(max_examples=100, deadline=None)
+def test_covered_length_is_the_same_when_times_are_too_wide_to_pack(rows):
+    """Times too wide for one int64 sort key take the two-key path; same answer, scaled."""
+    g, s, e, _ = _arrays(rows)
+    scale = 1 << 57
+    assert (covered_length(g, s * scale, e * scale, 3) == covered_length(g, s, e, 3) * scale).all()

@@ -22,6 +22,8 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
+from rlsight.analysis._sorting import lexsort
+
 __all__ = ["Cover", "covered_length", "max_cover"]
 
 I64 = NDArray[np.int64]
@@ -76,7 +78,7 @@ def _sort_points(groups: I64, times: I64) -> tuple[I64, I64, I64]:
         new[:1] = True
         np.not_equal(sorted_key[1:], sorted_key[:-1], out=new[1:])
     else:
-        order = np.lexsort((times, groups))
+        order = lexsort((times, groups))
         gs, ts = groups[order], times[order]
         new = np.empty(len(order), dtype=bool)
         new[:1] = True
@@ -182,13 +184,28 @@ def covered_length(group: I64, start: I64, end: I64, groups: int) -> I64:
     keep = end > start
     if not keep.any():
         return out
-    g = np.concatenate((group[keep], group[keep]))
-    t = np.concatenate((start[keep], end[keep]))
-    delta = np.concatenate((np.ones(int(keep.sum()), np.int64), -np.ones(int(keep.sum()), np.int64)))
-    order = np.lexsort((t, g))
-    g, t, delta = g[order], t[order], delta[order]
+    g, s, e = group[keep], start[keep], end[keep]
+    lo, width = int(s.min()), int(e.max()) - int(s.min()) + 1
+    if 2 * (int(g.max()) + 1) * width <= 1 << 63:
+        # One int64 key per point: group-major, then time, then the low bit (1 at a start).
+        # Point order within equal times does not matter (the gap between them is zero), and
+        # a gap across two groups is never counted (the count is back to zero there), so a
+        # plain sort of the keys is the whole sweep.
+        base = g * width - lo
+        key = np.sort(np.concatenate(((base + s) * 2 + 1, (base + e) * 2)))
+        open_count = np.cumsum((key & 1) * 2 - 1)
+        t = key >> 1
+        counted = open_count[:-1] > 0
+        np.add.at(out, t[:-1][counted] // width, (t[1:] - t[:-1])[counted])
+        return out
+    n = len(g)
+    gg = np.concatenate((g, g))
+    tt = np.concatenate((s, e))
+    delta = np.concatenate((np.ones(n, np.int64), -np.ones(n, np.int64)))
+    order = lexsort((tt, gg))
+    gg, tt, delta = gg[order], tt[order], delta[order]
     open_count = np.cumsum(delta)
-    gap = t[1:] - t[:-1]
-    counted = (open_count[:-1] > 0) & (g[1:] == g[:-1])
-    np.add.at(out, g[:-1][counted], gap[counted])
+    gap = tt[1:] - tt[:-1]
+    counted = (open_count[:-1] > 0) & (gg[1:] == gg[:-1])
+    np.add.at(out, gg[:-1][counted], gap[counted])
     return out

@@ -249,7 +249,8 @@ def collect_worker(worker: subprocess.Popen[bytes]) -> Any:
     if code != 0:
         return None
     try:
-        result = pickle.loads(payload)  # our own child process wrote it
+        with gc_paused():  # a list of many small objects, like a read
+            result = pickle.loads(payload)  # our own child process wrote it
     except (pickle.UnpicklingError, EOFError, AttributeError, ImportError):
         return None
     return result

@@ -17,6 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rlsight._semconv import DEVICES, RANK, SERVICE_NAME, STEP_SPAN, WORKER_GROUP
+from rlsight.analysis._sorting import lexsort
 from rlsight.analysis.columns import SpanColumns
 from rlsight.analysis.model import Timeline
 from rlsight.store._schema import AttributeValue
@@ -64,15 +65,12 @@ class SpanTable:
     orphans: int
     cycles: int
     duplicates: int
+    duration: I64
+    """Span durations, clamped at zero for a span whose clock stepped backwards."""
 
     def __len__(self) -> int:
         return len(self.cols.start)
 
-    @property
-    def duration(self) -> I64:
-        """Span durations, clamped at zero for a span whose clock stepped backwards."""
-        out: I64 = np.maximum(self.cols.end - self.cols.start, 0)
-        return out
 
     def name_id(self, name: str) -> int:
         """Interned id of span name ``name``, or -1 if no span has it."""
@@ -149,7 +147,7 @@ def _find_parents(trace: I64, span_id: NDArray[np.uint64], parent_id: NDArray[np
         return parent
     # Ids repeat across traces: a branchless binary search for the id inside each query's
     # trace block [lo, hi) of the (trace, id)-sorted order.
-    order = np.lexsort((span_id, trace))
+    order = lexsort((span_id, trace))
     sorted_trace, sorted_id = trace[order], span_id[order]
     lo = np.searchsorted(sorted_trace, trace[has], side="left")
     hi = np.searchsorted(sorted_trace, trace[has], side="right")
@@ -203,7 +201,7 @@ def _timelines(process: I64, thread: I64) -> tuple[I64, I64, I64]:
     if len(process) == 0:
         empty = np.zeros(0, np.int64)
         return empty, empty, empty
-    order = np.lexsort((thread, process))
+    order = lexsort((thread, process))
     p, t = process[order], thread[order]
     new = np.empty(len(order), dtype=bool)
     new[0] = True
@@ -223,13 +221,15 @@ def build_table(cols: SpanColumns) -> SpanTable:
         resources=[cols.resources[i] for i in key_order],
     )
     timeline, tl_process, tl_thread = _timelines(cols.process, cols.thread)
-    order = np.lexsort((cols.span_id, cols.trace, -cols.end, cols.start, timeline))
+    order = lexsort((cols.span_id, cols.trace, -cols.end, cols.start, timeline))
     cols = _reorder(cols, order)
     timeline = timeline[order]
     # Deduplicate (trace, span id): keep the first in canonical order.
-    by_id = np.lexsort((np.arange(len(order)), cols.span_id, cols.trace))
+    # Span ids are random 64-bit numbers: when none repeats, no (trace, id) pair can.
+    ids = np.sort(cols.span_id)
     dup = np.zeros(len(order), dtype=bool)
-    if len(order) > 1:
+    if len(order) > 1 and (ids[1:] == ids[:-1]).any():
+        by_id = lexsort((np.arange(len(order)), cols.span_id, cols.trace))
         same = (cols.span_id[by_id[1:]] == cols.span_id[by_id[:-1]]) & (
             cols.trace[by_id[1:]] == cols.trace[by_id[:-1]])
         dup[by_id[1:][same]] = True
@@ -261,4 +261,5 @@ def build_table(cols: SpanColumns) -> SpanTable:
         orphans=orphans,
         cycles=cycles,
         duplicates=duplicates,
+        duration=np.maximum(cols.end - cols.start, 0),
     )

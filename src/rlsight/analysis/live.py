@@ -27,6 +27,7 @@ import numpy as np
 from rlsight._host import pid_alive
 from rlsight._semconv import HOST_NAME, JOB_SPAN, PROCESS_PID, RANK, RUN_ID, STEP_SPAN, WORKER_GROUP
 from rlsight.analysis._read import read_span_columns
+from rlsight.analysis._sorting import lexsort
 from rlsight.analysis.columns import SpanColumns
 from rlsight.analysis.model import SCHEMA_VERSION, OpenSpan, PostMortem, ProcessState
 from rlsight.store._live import LiveReadResult, StartRecord, read_live
@@ -68,7 +69,7 @@ def _last_spans(cols: SpanColumns) -> dict[str, tuple[str, int]]:
     """Per process key: the name and end of the span it finished last."""
     if not len(cols):
         return {}
-    order = np.lexsort((cols.end, cols.process))
+    order = lexsort((cols.end, cols.process))
     proc = cols.process[order]
     last = order[np.r_[proc[1:] != proc[:-1], True]]
     return {cols.process_keys[int(cols.process[i])]: (cols.names[int(cols.name[i])], int(cols.end[i]))

@@ -20,6 +20,7 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
+from rlsight.analysis._sorting import lexsort
 from rlsight.analysis._steps import Steps
 from rlsight.analysis._table import SpanTable
 from rlsight.analysis.model import InsufficientEvidence, RankPair, Straggler, Stragglers
@@ -81,7 +82,7 @@ def stragglers(table: SpanTable, steps: Steps, *, k: float = DEFAULT_K) -> Strag
     dur = table.duration[sel]
     batch = cols.batch_size[sel]
     # Per (row, name, group, rank): summed duration and batch size (NaN if any is missing).
-    order = np.lexsort((rank, grp, name, row))
+    order = lexsort((rank, grp, name, row))
     row, name, grp, rank = row[order], name[order], grp[order], rank[order]
     first = np.flatnonzero(_group_starts(row, name, grp, rank))
     dur = np.add.reduceat(dur[order], first)

@@ -11,9 +11,9 @@ only the lines holding the chosen spans are parsed again, into records.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
@@ -26,12 +26,15 @@ from rlsight.analysis._read import (
     start_worker,
     usable_cpus,
 )
+from rlsight.analysis._sorting import lexsort
 from rlsight.analysis.columns import NO_STEP
 from rlsight.store._lines import PARSE_ERRORS
 from rlsight.store._reader import file_span_batches, not_otlp, span_records
 from rlsight.store._schema import SkippedRecord, SpanRecord
 
 __all__ = ["NoStepInRange", "SpanWindow", "window_spans"]
+
+_RECORD_FIELDS: Final = tuple(f.name for f in fields(SpanRecord))
 
 #: Windows of more spans than this are read again by two processes when two CPUs are there.
 _PARALLEL_MIN_SPANS: Final = 50_000
@@ -67,9 +70,10 @@ def window_spans(
     cols, skipped, _ = read_span_columns(run_dir)
     n = len(cols)
     # One slice per span, even where a retried export wrote a batch twice: the first read.
-    by_key = np.lexsort((np.arange(n), cols.span_id, cols.trace))
     first = np.ones(n, dtype=bool)
-    if n > 1:
+    ids = np.sort(cols.span_id)
+    if n > 1 and (ids[1:] == ids[:-1]).any():  # else no (trace, id) pair can repeat
+        by_key = lexsort((np.arange(n), cols.span_id, cols.trace))
         first[by_key[1:]] = (cols.span_id[by_key[1:]] != cols.span_id[by_key[:-1]]) | (
             cols.trace[by_key[1:]] != cols.trace[by_key[:-1]])
     chosen = np.flatnonzero(first)
@@ -110,11 +114,14 @@ def _records(
     if len(work) > 1 and len(file) > _PARALLEL_MIN_SPANS and usable_cpus() > 1:
         sizes = [len(lines) for _, lines in work]
         cut = half_way(sizes)
-        worker = start_worker(_read_records, work[cut:])
+        worker = start_worker(_read_record_fields, work[cut:])
         if worker is not None:
             first = _read_records(work[:cut])
-            second = collect_worker(worker)
-            if not isinstance(second, tuple):  # the worker failed: read its share here
+            flat = collect_worker(worker)
+            if isinstance(flat, tuple):
+                with gc_paused():
+                    second = ([SpanRecord(*values) for values in flat[0]], flat[1])
+            else:  # the worker failed: read its share here
                 second = _read_records(work[cut:])
             records: list[SpanRecord] = first[0] + second[0]
             skipped += first[1] + second[1]
@@ -122,6 +129,16 @@ def _records(
     alone, bad = _read_records(work)
     skipped += bad
     return alone
+
+
+def _read_record_fields(
+    work: list[tuple[str, dict[int, set[int]]]],
+) -> tuple[list[tuple[Any, ...]], list[SkippedRecord]]:
+    """:func:`_read_records` with each record as a tuple of its fields, for the worker: a
+    tuple unpickles in a third of the time of a frozen dataclass (its ``__setstate__`` is
+    Python, field by field), and the parent waits on that."""
+    records, skipped = _read_records(work)
+    return [tuple(getattr(r, name) for name in _RECORD_FIELDS) for r in records], skipped
 
 
 def _read_records(

@@ -85,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
     if missing_extra("report", "numpy", "orjson", "rich"):
         return EXIT_USAGE
     from rlsight.analysis import analyze_run
+    from rlsight.commands._memory import reuse_freed_memory
     from rlsight.commands._source import AmbiguousRunError, annotate, open_run
     from rlsight.errors import StoreError
 
@@ -95,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"rlsight report: no run folder at {run_dir}; pass a folder a run wrote "
               "(`rlsight runs` lists ./rlsight-runs)", file=sys.stderr)
         return EXIT_INPUT
+    reuse_freed_memory()
     try:
         with open_run(run_dir, args.run_id) as source, \
                 _progress(sys.stderr.isatty() and not args.quiet) as progress:

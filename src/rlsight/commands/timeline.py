@@ -74,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if missing_extra("timeline", "numpy", "orjson"):
         return EXIT_USAGE
     from rlsight.analysis.window import NoStepInRange, window_spans
+    from rlsight.commands._memory import reuse_freed_memory
     from rlsight.commands._source import AmbiguousRunError, open_run
     from rlsight.errors import StoreError
     from rlsight.render._format import terminal_safe
@@ -82,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
     output: Path = args.output
     if unusable_output("timeline", "-o", output, "trace.json"):
         return EXIT_USAGE
+    reuse_freed_memory()
     try:
         with open_run(args.run_dir, args.run_id) as source:
             window = window_spans(source.folder, steps=args.steps, max_spans=args.max_spans)

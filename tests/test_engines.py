@@ -26,7 +26,7 @@ from rlsight.engines import (
     EngineSnapshot,
     record_engine_deltas,
 )
-from rlsight.errors import RlsightWarning, _reset_warn_once
+from rlsight.errors import RlsightWarning, reset_warn_once
 from rlsight.store import read_metrics
 from rlsight.testing import capture_telemetry
 
@@ -64,7 +64,7 @@ class FakeVllm:
 @pytest.fixture(autouse=True)
 def _fresh_warnings() -> None:
     """Engine warnings fire once per process; each test sees its own first time."""
-    _reset_warn_once()
+    reset_warn_once()
 
 
 def reader_for(fake: FakeVllm) -> EngineMetricsReader:

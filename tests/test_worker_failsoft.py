@@ -9,7 +9,7 @@ import pytest
 
 import rlsight
 from rlsight import RL, RlsightWarning, init_worker, is_span_group_enabled, span
-from rlsight.errors import _reset_warn_once
+from rlsight.errors import reset_warn_once
 
 
 def test_unwritable_run_dir_warns_once_and_later_spans_are_noops(
@@ -18,7 +18,7 @@ def test_unwritable_run_dir_warns_once_and_later_spans_are_noops(
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     env = {"RLSIGHT_RUN_DIR": str(blocker / "run"), "RLSIGHT_SPAN_GROUPS": "all"}
-    _reset_warn_once()
+    reset_warn_once()
     telemetry = init_worker(environ=env, deferred=True)
     assert telemetry is not None
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlsight.buckets import Bucket
-from rlsight.groups import _REGISTRY, SpanGroupResolution, registered_groups, registered_presets
+from rlsight.groups import REGISTRY, SpanGroupResolution, registered_groups, registered_presets
 from rlsight.spans import efficiency_table
 
 __all__ = ["run_catalog"]
@@ -19,9 +19,9 @@ __all__ = ["run_catalog"]
 def run_catalog(resolution: SpanGroupResolution | None = None) -> dict[str, Any]:
     """A JSON-ready snapshot of this process's vocabulary and what ``resolution`` enabled."""
     presets = {}
-    with _REGISTRY.lock:
+    with REGISTRY.lock:
         for name, (namespace, members) in registered_presets().items():
-            groups = sorted(_REGISTRY.resolve([name]).enabled)
+            groups = sorted(REGISTRY.resolve([name]).enabled)
             presets[name] = {"namespace": namespace, "members": list(members), "groups": groups}
     catalog: dict[str, Any] = {
         "span_groups": {

@@ -24,9 +24,9 @@ from rlsight._current import attach_span, detach
 from rlsight._readable import PlainAttributes
 from rlsight._redact import REDACTED, is_content, is_content_key, scrub
 from rlsight._semconv import BUCKET, EFFICIENCY_CATEGORY, SPAN_GROUP, THREAD_ID
-from rlsight.buckets import Bucket, _bucket_override, _per_prompt
+from rlsight.buckets import BUCKET_OVERRIDE, PER_PROMPT, Bucket
 from rlsight.errors import warn_once
-from rlsight.groups import _GATE, RL
+from rlsight.groups import GATE, RL
 
 __all__ = ["NOOP", "LiveSpan", "NoopSpan", "clean_attributes"]
 
@@ -147,10 +147,10 @@ class LiveSpan:
                 # An explicit bucket wins over the group's and over bucket_scope (#9.4).
                 self._bucket = explicit
             else:
-                meta = _GATE.groups.get(group)
+                meta = GATE.groups.get(group)
                 self._bucket = meta.bucket if meta is not None else None
                 if self._bucket is not None:
-                    self._bucket = _bucket_override.get() or self._bucket
+                    self._bucket = BUCKET_OVERRIDE.get() or self._bucket
         self._span: Span | None = None
         self._token: object = None
         self._depth = 0
@@ -165,8 +165,8 @@ class LiveSpan:
             return None
         try:
             group, bucket = self._group, self._bucket
-            if _per_prompt.get():
-                if _PER_PROMPT not in _GATE.enabled:
+            if PER_PROMPT.get():
+                if _PER_PROMPT not in GATE.enabled:
                     return None
                 # Relabelled for volume gating only: the work is still what its own group
                 # says (a reward call is productive), so a fleet that works per prompt (an

@@ -51,10 +51,12 @@ BUCKET_PRIORITY: Final[tuple[Bucket, ...]] = (
     Bucket.IDLE,
 )
 
-_bucket_override: contextvars.ContextVar[Bucket | None] = contextvars.ContextVar(
+#: Internal contract with the span managers (``rlsight._span_manager``, ``rlsight.spans``),
+#: which read both on the hot path; only ``bucket_scope`` and ``per_prompt_scope`` set them.
+BUCKET_OVERRIDE: contextvars.ContextVar[Bucket | None] = contextvars.ContextVar(
     "rlsight_bucket_override", default=None
 )
-_per_prompt: contextvars.ContextVar[bool] = contextvars.ContextVar(
+PER_PROMPT: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "rlsight_per_prompt", default=False
 )
 
@@ -90,7 +92,7 @@ class bucket_scope:
         self._token: Token[Bucket | None] | None = None
 
     def __enter__(self) -> Bucket:
-        self._token = _bucket_override.set(self._bucket)
+        self._token = BUCKET_OVERRIDE.set(self._bucket)
         return self._bucket
 
     def __exit__(
@@ -100,7 +102,7 @@ class bucket_scope:
         tb: TracebackType | None,
     ) -> None:
         if self._token is not None:
-            _bucket_override.reset(self._token)
+            BUCKET_OVERRIDE.reset(self._token)
             self._token = None
 
 
@@ -120,7 +122,7 @@ class per_prompt_scope:
         self._token: Token[bool] | None = None
 
     def __enter__(self) -> None:
-        self._token = _per_prompt.set(True)
+        self._token = PER_PROMPT.set(True)
 
     def __exit__(
         self,
@@ -129,15 +131,15 @@ class per_prompt_scope:
         tb: TracebackType | None,
     ) -> None:
         if self._token is not None:
-            _per_prompt.reset(self._token)
+            PER_PROMPT.reset(self._token)
             self._token = None
 
 
 def current_bucket_override() -> Bucket | None:
     """The bucket an enclosing :func:`bucket_scope` imposes, or ``None``."""
-    return _bucket_override.get()
+    return BUCKET_OVERRIDE.get()
 
 
 def in_per_prompt_scope() -> bool:
     """Whether the caller runs inside :func:`per_prompt_scope`."""
-    return _per_prompt.get()
+    return PER_PROMPT.get()

@@ -17,7 +17,7 @@ from typing import Final
 
 from rlsight._semconv import DISCARD_COUNT, DISCARD_GROUP_IDS, DISCARD_REASON, DISCARD_SPAN
 from rlsight._span_manager import LiveSpan
-from rlsight.groups import _GATE, RL
+from rlsight.groups import GATE, RL
 
 __all__ = ["discard"]
 
@@ -41,7 +41,7 @@ def discard(group_ids: Iterable[str | int] | str | int, reason: str, /) -> None:
     """
     if not isinstance(reason, str) or not reason.strip():
         raise ValueError(f"discard(..., reason={reason!r}): give a short non-empty reason such as 'stale'")
-    if _GROUP not in _GATE.enabled:
+    if _GROUP not in GATE.enabled:
         return
     ids = [group_ids] if isinstance(group_ids, (str, int)) else list(group_ids)
     for gid in ids:

@@ -97,7 +97,7 @@ def after_fork() -> None:
     _warned_lock = threading.Lock()
 
 
-def _reset_warn_once() -> None:
+def reset_warn_once() -> None:
     """Forget which warnings were shown (used by ``rlsight.testing`` between captures)."""
     with _warned_lock:
         _warned.clear()

@@ -102,7 +102,7 @@ class _Gate:
 #: Process-scoped: the mirror of the active runtime's groups that every emit helper reads,
 #: kept a module attribute so a disabled span costs one lookup (benchmarks/bench_gate.py).
 #: Only the runtime turns it on and off (``_activate``/``_deactivate``).
-_GATE: Final = _Gate()
+GATE: Final = _Gate()
 
 
 class _Registry:
@@ -129,8 +129,8 @@ class _Registry:
 
     def _expand(self, name: str, seen: set[str]) -> set[str] | None:
         if name == ALL:
-            return set(_GATE.groups)
-        if name in _GATE.groups:
+            return set(GATE.groups)
+        if name in GATE.groups:
             return {name}
         if name in self.presets:
             if name in seen:
@@ -146,23 +146,23 @@ class _Registry:
 
     def describe(self) -> str:
         return (
-            "registered groups: " + (", ".join(sorted(_GATE.groups)) or "none")
+            "registered groups: " + (", ".join(sorted(GATE.groups)) or "none")
             + "; presets: " + ", ".join(sorted([*self.presets, ALL]))
             + "; namespaces: " + (", ".join(sorted(self.namespaces)) or "none")
         )
 
     def publish(self) -> None:
         self.resolution = self.resolve(self.spec)
-        enabled = self.resolution.enabled if _GATE.active else frozenset()
+        enabled = self.resolution.enabled if GATE.active else frozenset()
         # ``off`` first: a group between the two assignments is in neither set for a moment,
         # and the unknown-group path re-checks the registry before it warns.
-        _GATE.off = frozenset(_GATE.groups).difference(enabled)
-        _GATE.enabled = enabled
+        GATE.off = frozenset(GATE.groups).difference(enabled)
+        GATE.enabled = enabled
 
 
 #: Process-scoped: libraries register their groups at import, once per process. Tests put it
 #: back with ``rlsight.testing.isolated_registries`` (``snapshot_registry``).
-_REGISTRY: Final = _Registry()
+REGISTRY: Final = _Registry()
 
 
 def register_span_groups(
@@ -193,14 +193,14 @@ def register_span_groups(
     if namespace == ALL:
         raise SpanGroupError(f"namespace {ALL!r} is reserved for the wildcard")
     preset_members = {k: tuple(v) for k, v in (presets or {}).items()}
-    with _REGISTRY.lock:
+    with REGISTRY.lock:
         for group in groups:
             if not isinstance(group, SpanGroup):
                 raise SpanGroupError(
                     f"register_span_groups({namespace!r}): expected SpanGroup, got {group!r}"
                 )
-            owner = _REGISTRY.owner.get(group.name)
-            if owner is not None and (owner != namespace or _GATE.groups[group.name] != group):
+            owner = REGISTRY.owner.get(group.name)
+            if owner is not None and (owner != namespace or GATE.groups[group.name] != group):
                 raise SpanGroupError(
                     f"span group {group.name!r} is already registered by namespace {owner!r}"
                     + (" with a different definition" if owner == namespace else "")
@@ -208,30 +208,30 @@ def register_span_groups(
                 )
         # A spec names groups, presets and namespaces alike, so one name must mean one thing:
         # a group called like a preset would silently replace the preset in every spec.
-        namespaces = set(_REGISTRY.namespaces) | {namespace}
-        if namespace not in _REGISTRY.namespaces and (
-            namespace in _GATE.groups or namespace in _REGISTRY.presets
+        namespaces = set(REGISTRY.namespaces) | {namespace}
+        if namespace not in REGISTRY.namespaces and (
+            namespace in GATE.groups or namespace in REGISTRY.presets
         ):
             raise SpanGroupError(
                 f"namespace {namespace!r} has the name of a registered span group or preset; "
                 "a spec could not tell them apart: pick another namespace"
             )
         for group in groups:
-            if group.name in namespaces or group.name in _REGISTRY.presets:
+            if group.name in namespaces or group.name in REGISTRY.presets:
                 raise SpanGroupError(
                     f"span group {group.name!r} of namespace {namespace!r} has the name of a "
                     "namespace or preset; a spec could not tell them apart: pick another name"
                 )
-        known = set(_GATE.groups) | {g.name for g in groups} | set(_REGISTRY.presets) | set(preset_members)
+        known = set(GATE.groups) | {g.name for g in groups} | set(REGISTRY.presets) | set(preset_members)
         for preset, members in preset_members.items():
             if (
-                preset == ALL or preset in _GATE.groups or preset in {g.name for g in groups}
+                preset == ALL or preset in GATE.groups or preset in {g.name for g in groups}
                 or preset in namespaces
             ):
                 raise SpanGroupError(
                     f"preset {preset!r} clashes with a group, a namespace or the wildcard"
                 )
-            prev = _REGISTRY.presets.get(preset)
+            prev = REGISTRY.presets.get(preset)
             if prev is not None and prev != (namespace, members):
                 raise SpanGroupError(
                     f"preset {preset!r} is already registered by namespace {prev[0]!r}"
@@ -243,21 +243,21 @@ def register_span_groups(
                     + (f"names unknown groups {unknown}" if unknown else "is empty")
                     + "; list registered group or preset names"
                 )
-        names = _REGISTRY.namespaces.setdefault(namespace, [])
+        names = REGISTRY.namespaces.setdefault(namespace, [])
         for group in groups:
-            if group.name not in _REGISTRY.owner:
-                _REGISTRY.owner[group.name] = namespace
-                _GATE.groups[group.name] = group
+            if group.name not in REGISTRY.owner:
+                REGISTRY.owner[group.name] = namespace
+                GATE.groups[group.name] = group
                 names.append(group.name)
         for preset, members in preset_members.items():
-            _REGISTRY.presets[preset] = (namespace, members)
-        _REGISTRY.publish()
+            REGISTRY.presets[preset] = (namespace, members)
+        REGISTRY.publish()
 
 
 def resolve_span_group_spec(spec: Iterable[str]) -> SpanGroupResolution:
     """Resolve ``spec`` against the live registry without changing what is enabled."""
-    with _REGISTRY.lock:
-        return _REGISTRY.resolve(spec)
+    with REGISTRY.lock:
+        return REGISTRY.resolve(spec)
 
 
 def set_span_group_spec(spec: Iterable[str] | str) -> SpanGroupResolution:
@@ -274,11 +274,11 @@ def set_span_group_spec(spec: Iterable[str] | str) -> SpanGroupResolution:
     """
     if isinstance(spec, str):
         spec = spec.split(",")
-    with _REGISTRY.lock:
-        _REGISTRY.spec = tuple(s.strip() for s in spec if s and s.strip())
-        _REGISTRY.publish()
-        resolution = _REGISTRY.resolution
-        described = _REGISTRY.describe()
+    with REGISTRY.lock:
+        REGISTRY.spec = tuple(s.strip() for s in spec if s and s.strip())
+        REGISTRY.publish()
+        resolution = REGISTRY.resolution
+        described = REGISTRY.describe()
     for name in resolution.pending:
         warn_once(
             f"pending-span-group:{name}",
@@ -295,36 +295,36 @@ def is_span_group_enabled(group: str) -> bool:
     Check it at a call site before building anything expensive for a span (per-prompt
     attribute dicts, formatted names); the span helpers check it themselves too.
     """
-    return group in _GATE.enabled
+    return group in GATE.enabled
 
 
 def registered_groups() -> Mapping[str, tuple[str, SpanGroup]]:
     """Every registered group: name -> (namespace, group), in registration order."""
-    with _REGISTRY.lock:
-        return {name: (_REGISTRY.owner[name], g) for name, g in _GATE.groups.items()}
+    with REGISTRY.lock:
+        return {name: (REGISTRY.owner[name], g) for name, g in GATE.groups.items()}
 
 
 def registered_presets() -> Mapping[str, tuple[str, tuple[str, ...]]]:
     """Every registered preset: name -> (namespace, member names)."""
-    with _REGISTRY.lock:
-        return dict(_REGISTRY.presets)
+    with REGISTRY.lock:
+        return dict(REGISTRY.presets)
 
 
 def _activate(spec: Iterable[str]) -> SpanGroupResolution:
     """Turn the gate on with ``spec`` (runtime setup)."""
-    _GATE.active = True
+    GATE.active = True
     return set_span_group_spec(list(spec))
 
 
 def after_fork() -> None:
     """Replace the registry lock in a forked child (another thread may have held it)."""
-    _REGISTRY.lock = threading.RLock()
+    REGISTRY.lock = threading.RLock()
 
 
 def current_spec() -> tuple[str, ...]:
     """The spec set last (``set_span_group_spec`` or a runtime's setup), pending names included."""
-    with _REGISTRY.lock:
-        return _REGISTRY.spec
+    with REGISTRY.lock:
+        return REGISTRY.spec
 
 
 def snapshot_registry() -> Callable[[], None]:
@@ -333,27 +333,27 @@ def snapshot_registry() -> Callable[[], None]:
     The registry is process-wide by design (libraries declare their groups at import), so a
     test that registers groups restores it through :func:`rlsight.testing.isolated_registries`.
     """
-    with _REGISTRY.lock:
-        owner, presets = dict(_REGISTRY.owner), dict(_REGISTRY.presets)
-        namespaces = {k: list(v) for k, v in _REGISTRY.namespaces.items()}
-        spec, groups = _REGISTRY.spec, dict(_GATE.groups)
+    with REGISTRY.lock:
+        owner, presets = dict(REGISTRY.owner), dict(REGISTRY.presets)
+        namespaces = {k: list(v) for k, v in REGISTRY.namespaces.items()}
+        spec, groups = REGISTRY.spec, dict(GATE.groups)
 
     def restore() -> None:
-        with _REGISTRY.lock:
-            _REGISTRY.owner, _REGISTRY.presets = dict(owner), dict(presets)
-            _REGISTRY.namespaces = {k: list(v) for k, v in namespaces.items()}
-            _REGISTRY.spec = spec
-            _GATE.groups = dict(groups)
-            _REGISTRY.publish()
+        with REGISTRY.lock:
+            REGISTRY.owner, REGISTRY.presets = dict(owner), dict(presets)
+            REGISTRY.namespaces = {k: list(v) for k, v in namespaces.items()}
+            REGISTRY.spec = spec
+            GATE.groups = dict(groups)
+            REGISTRY.publish()
 
     return restore
 
 
 def _deactivate() -> None:
     """Turn every group off (runtime shutdown); the registry and spec stay."""
-    with _REGISTRY.lock:
-        _GATE.active = False
-        _REGISTRY.publish()
+    with REGISTRY.lock:
+        GATE.active = False
+        REGISTRY.publish()
 
 
 _P, _O = Bucket.PRODUCTIVE, Bucket.OVERHEAD

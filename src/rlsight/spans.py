@@ -39,9 +39,9 @@ from rlsight._semconv import (
     STEP_SPAN,
 )
 from rlsight._span_manager import NOOP, LiveSpan, clean_attributes
-from rlsight.buckets import Bucket, _per_prompt
+from rlsight.buckets import PER_PROMPT, Bucket
 from rlsight.errors import warn_once
-from rlsight.groups import _GATE, RL
+from rlsight.groups import GATE, RL
 from rlsight.span_context import SpanContextManager
 
 __all__ = [
@@ -72,10 +72,10 @@ _EFFICIENCY_GROUP: Final = RL.EFFICIENCY
 
 def _warn_unknown_group(group: str) -> None:
     """A span of a group nothing registered: a typo, or a library not imported here (#9.5)."""
-    from rlsight.groups import _REGISTRY
+    from rlsight.groups import REGISTRY
 
-    with _REGISTRY.lock:
-        described = _REGISTRY.describe()
+    with REGISTRY.lock:
+        described = REGISTRY.describe()
     warn_once(
         f"span-unknown-group:{group}",
         f"rlsight: span group {group!r} is not registered in this process, so its spans are "
@@ -113,14 +113,14 @@ def span(group: str, name: str, /, **attributes: Any) -> SpanContextManager:
     """
     # One set test for a registered group that is off; no keyword-only parameters here:
     # each one costs the disabled call ~10 ns.
-    if group in _GATE.off:
+    if group in GATE.off:
         return NOOP
-    enabled = _GATE.enabled
+    enabled = GATE.enabled
     if group not in enabled:
-        if group not in _GATE.groups:
+        if group not in GATE.groups:
             _warn_unknown_group(group)
         return NOOP
-    if _PER_PROMPT not in enabled and _per_prompt.get():
+    if _PER_PROMPT not in enabled and PER_PROMPT.get():
         return NOOP
     if group == _EFFICIENCY_GROUP and "bucket" not in attributes:
         _warn_efficiency_group(name)
@@ -142,8 +142,8 @@ def record_span(group: str, name: str, start: float, end: float, /, **attributes
             warning per name, since a negative duration would corrupt the goodput rollup.
         **attributes: As for :func:`span`.
     """
-    enabled = _GATE.enabled
-    if group not in enabled or (_PER_PROMPT not in enabled and _per_prompt.get()):
+    enabled = GATE.enabled
+    if group not in enabled or (_PER_PROMPT not in enabled and PER_PROMPT.get()):
         return
     if not end >= start:  # also catches NaN
         warn_once(
@@ -171,8 +171,8 @@ def umbrella_span(group: str, name: str, /, **attributes: Any) -> SpanContextMan
     Umbrellas give the trace its shape and count towards the depth of their descendants, but
     never claim wall time themselves: the leaves inside them do.
     """
-    if group not in _GATE.enabled:
-        if group not in _GATE.groups:
+    if group not in GATE.enabled:
+        if group not in GATE.groups:
             _warn_unknown_group(group)
         return NOOP
     return LiveSpan(group, name, attributes, umbrella=True)
@@ -180,14 +180,14 @@ def umbrella_span(group: str, name: str, /, **attributes: Any) -> SpanContextMan
 
 def job_span(**attributes: Any) -> SpanContextManager:
     """The run's root span, ``rl.job``; open it once in the driver around everything."""
-    if RL.JOB not in _GATE.enabled:
+    if RL.JOB not in GATE.enabled:
         return NOOP
     return LiveSpan(RL.JOB, JOB_SPAN, attributes, umbrella=True)
 
 
 def startup_span() -> SpanContextManager:
     """``rl.startup``: the umbrella over everything before step 1 (Ray init, workers, fill)."""
-    if RL.STARTUP not in _GATE.enabled:
+    if RL.STARTUP not in GATE.enabled:
         return NOOP
     return LiveSpan(RL.STARTUP, STARTUP_SPAN, None, umbrella=True)
 
@@ -227,7 +227,7 @@ def step_span(step: int, /, **attributes: Any) -> SpanContextManager:
     (``rl_step``), even when the ``step`` group is off.
     """
     rt = _runtime._ACTIVE
-    if RL.STEP not in _GATE.enabled:
+    if RL.STEP not in GATE.enabled:
         if rt is not None:
             rt.current_step = int(step)
         return NOOP
@@ -242,7 +242,7 @@ def load_model_span(backend: str, /, **attributes: Any) -> SpanContextManager:
         backend: What loads the weights (``"megatron"``, ``"dtensor"``, ``"vllm"``...), recorded
             as ``rl.backend`` so backends can be compared.
     """
-    if RL.SETUP not in _GATE.enabled:
+    if RL.SETUP not in GATE.enabled:
         return NOOP
     attributes["backend"] = backend
     return LiveSpan(RL.SETUP, LOAD_MODEL_SPAN, attributes, umbrella=True)
@@ -301,7 +301,7 @@ def setup_span(phase: str) -> SpanContextManager:
         phase: A short literal (``"ray"``, ``"workers"``, ``"initial_fill"``); it becomes part
             of the span name and the ``phase`` metric attribute, so keep it bounded.
     """
-    if RL.SETUP not in _GATE.enabled:
+    if RL.SETUP not in GATE.enabled:
         return NOOP
     return _SetupSpan(phase)
 
@@ -395,7 +395,7 @@ def efficiency_span(category: str, *, concurrent: bool = False) -> SpanContextMa
             ``rl.concurrent`` and never partitions wall time, so it cannot take the
             controller's seconds away from the step's own spans.
     """
-    if RL.EFFICIENCY not in _GATE.enabled:
+    if RL.EFFICIENCY not in GATE.enabled:
         return NOOP
     declared = _EFFICIENCY.get(category)
     if declared is None:
@@ -471,7 +471,7 @@ def _wrap(fn: F, group: str, name: str, attrs: Mapping[str, Any], umbrella: bool
     def live() -> LiveSpan:
         return LiveSpan(group, name, fixed, umbrella=umbrella, clean=False)
 
-    if group not in _GATE.groups:
+    if group not in GATE.groups:
         # Checked once, when decorating: a wrapper's disabled path stays one set test.
         _warn_unknown_group(group)
     wrapper: Callable[..., Any]
@@ -479,7 +479,7 @@ def _wrap(fn: F, group: str, name: str, attrs: Mapping[str, Any], umbrella: bool
         def start(
             args: tuple[Any, ...], kwargs: dict[str, Any]
         ) -> tuple[Context | None, Callable[[BaseException | None], None] | None]:
-            if group not in _GATE.enabled:
+            if group not in GATE.enabled:
                 return None, None
             span_cm = live()
             started = span_cm.start()
@@ -490,7 +490,7 @@ def _wrap(fn: F, group: str, name: str, attrs: Mapping[str, Any], umbrella: bool
         wrapper = attached_agen_function(fn, start)
     elif inspect.iscoroutinefunction(fn):
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            if group not in _GATE.enabled:
+            if group not in GATE.enabled:
                 return await fn(*args, **kwargs)
             with live():
                 return await fn(*args, **kwargs)
@@ -498,13 +498,13 @@ def _wrap(fn: F, group: str, name: str, attrs: Mapping[str, Any], umbrella: bool
     elif inspect.isgeneratorfunction(fn):
         def gen_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
             gen = fn(*args, **kwargs)
-            if group not in _GATE.enabled:
+            if group not in GATE.enabled:
                 return (yield from gen)
             return (yield from _traced_gen(gen, live()))
         wrapper = gen_wrapper
     else:
         def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-            if group not in _GATE.enabled:
+            if group not in GATE.enabled:
                 return fn(*args, **kwargs)
             with live():
                 return fn(*args, **kwargs)

@@ -33,7 +33,7 @@ from rlsight import runtime as _runtime
 from rlsight import spans as _spans
 from rlsight._identity import Identity
 from rlsight.config import TelemetryConfig
-from rlsight.errors import _reset_warn_once
+from rlsight.errors import reset_warn_once
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -214,7 +214,7 @@ def capture_telemetry(
     )
     spans = InMemorySpanExporter()
     metrics = InMemoryMetricReader(preferred_temporality=delta_temporality())
-    _reset_warn_once()
+    reset_warn_once()
     telemetry = _runtime.Telemetry(
         config,
         Identity(worker_group, rank, world_size),

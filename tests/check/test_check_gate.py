@@ -3,7 +3,7 @@
 ``group in <gate>.enabled`` is rlsight's fast path for ``is_span_group_enabled(group)``; the
 span-groups guard counts it as using ``group``. The checker must find it under any alias
 (an ``as`` import, a re-export, a module constant, a function local) and must not take an
-unrelated object that happens to be called ``_GATE`` for it.
+unrelated object that happens to be called ``GATE`` for it.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ def test_gate_constant_names_the_real_gate_object() -> None:
 
 
 def test_gate_under_an_import_alias_is_recognised(tmp_path: Path) -> None:
-    """``from rlsight.groups import _GATE as state; "a" in state.enabled`` gates group a."""
-    source = 'from rlsight.groups import _GATE as state\n\nif "alpha" in state.enabled:\n    pass\n'
+    """``from rlsight.groups import GATE as state; "a" in state.enabled`` gates group a."""
+    source = 'from rlsight.groups import GATE as state\n\nif "alpha" in state.enabled:\n    pass\n'
     assert _gated_groups(tmp_path, {"pkg/__init__.py": "", "pkg/mod.py": source}) == {"alpha"}
 
 
@@ -54,7 +54,7 @@ def test_gate_through_a_reexport_and_a_module_alias_is_recognised(tmp_path: Path
     """A gate re-exported by another module, then bound to a constant, is still the gate."""
     sources = {
         "pkg/__init__.py": "",
-        "pkg/fast.py": "from rlsight.groups import _GATE as G\n",
+        "pkg/fast.py": "from rlsight.groups import GATE as G\n",
         "pkg/mod.py": (
             "from pkg.fast import G\n\n_ON = G\n\n"
             'def f():\n    if "beta" not in _ON.enabled:\n        return\n'
@@ -64,28 +64,28 @@ def test_gate_through_a_reexport_and_a_module_alias_is_recognised(tmp_path: Path
 
 
 def test_gate_set_bound_to_a_local_is_recognised(tmp_path: Path) -> None:
-    """``enabled = _GATE.enabled`` then ``"c" in enabled`` (rlsight's span()) gates group c."""
+    """``enabled = GATE.enabled`` then ``"c" in enabled`` (rlsight's span()) gates group c."""
     source = (
-        "from rlsight.groups import _GATE\n\n"
-        'def f():\n    enabled = _GATE.enabled\n    return "gamma" in enabled\n'
+        "from rlsight.groups import GATE\n\n"
+        'def f():\n    enabled = GATE.enabled\n    return "gamma" in enabled\n'
     )
     assert _gated_groups(tmp_path, {"pkg/__init__.py": "", "pkg/mod.py": source}) == {"gamma"}
 
 
 def test_look_alikes_named_gate_are_not_the_gate(tmp_path: Path) -> None:
-    """Objects spelled ``_GATE`` (in rlsight or the project) or a parameter are not gates."""
+    """Objects spelled ``GATE`` (in rlsight or the project) or a parameter are not gates."""
     sources = {
         "pkg/__init__.py": "",
-        # rlsight's other module defines an unrelated _GATE; spelling alone must not count.
-        "pkg/a.py": 'from rlsight.other import _GATE\n\nif "delta" in _GATE.enabled:\n    pass\n',
+        # rlsight's other module defines an unrelated GATE; spelling alone must not count.
+        "pkg/a.py": 'from rlsight.other import GATE\n\nif "delta" in GATE.enabled:\n    pass\n',
         "pkg/b.py": (
             "class _Thing:\n    enabled = frozenset()\n\n_GATE = _Thing()\n\n"
-            'if "epsilon" in _GATE.enabled:\n    pass\n'
+            'if "epsilon" in GATE.enabled:\n    pass\n'
         ),
         "pkg/c.py": 'def f(enabled):\n    return "zeta" in enabled\n',
         "pkg/d.py": (
-            "from rlsight.groups import _GATE\n\n"
-            'def f(other):\n    enabled = _GATE.enabled\n    enabled = other.enabled\n'
+            "from rlsight.groups import GATE\n\n"
+            'def f(other):\n    enabled = GATE.enabled\n    enabled = other.enabled\n'
             '    return "eta" in enabled\n'
         ),
     }

@@ -267,12 +267,12 @@ def test_any_carrier_never_fails_a_decorated_call() -> None:
 
 def test_a_carrier_arriving_where_telemetry_is_off_warns_naming_the_fix() -> None:
     """The sign that ray_runtime_env was forgotten: carriers arrive, nothing records (#9.3)."""
-    from rlsight.errors import _reset_warn_once
+    from rlsight.errors import reset_warn_once
     from rlsight.propagation import TRACE_CONTEXT_KWARG
     from rlsight.runtime import active_runtime
 
     assert active_runtime() is None
-    _reset_warn_once()
+    reset_warn_once()
 
     @accepts_trace_context
     def work() -> int:

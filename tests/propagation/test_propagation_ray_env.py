@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from rlsight import ConfigError, RlsightWarning, TelemetryConfig
-from rlsight.errors import _reset_warn_once
+from rlsight.errors import reset_warn_once
 from rlsight.propagation import TRACE_CONTEXT_KWARG
 from rlsight.ray import ray_runtime_env, traced_actor, worker_options
 from rlsight.runtime import active_runtime
@@ -93,7 +93,7 @@ def test_a_failing_setup_warns_once_and_the_worker_goes_on(monkeypatch: pytest.M
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("RLSIGHT_RANK", "not-a-number")
     hook = ray_runtime_env(_CONFIG, {"worker_process_setup_hook": user_hook})["worker_process_setup_hook"]
-    _reset_warn_once()
+    reset_warn_once()
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         hook()

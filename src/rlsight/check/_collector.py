@@ -237,7 +237,7 @@ class _Collector(ast.NodeVisitor):
         )
 
     def visit_Compare(self, node: ast.Compare) -> None:
-        # rlsight's own fast path: ``if RL.JOB not in _GATE.enabled`` gates like
+        # rlsight's own fast path: ``if RL.JOB not in GATE.enabled`` gates like
         # ``is_span_group_enabled(RL.JOB)``, under whatever name the gate is reached.
         if (
             not self.module.external

@@ -1,10 +1,10 @@
 """Recognising the span-group gate by what an expression resolves to, never by its spelling.
 
-rlsight's emit helpers test ``group in _GATE.enabled`` directly (the fast path of
+rlsight's emit helpers test ``group in GATE.enabled`` directly (the fast path of
 ``is_span_group_enabled``). A test against the gate's ``enabled`` set gates on ``group``
 whatever the gate is called where it is read: an ``as`` import, a re-export, an UPPER_CASE
 module alias, or a function local bound to it. An unrelated object that happens to be named
-``_GATE`` is not the gate.
+``GATE`` is not the gate.
 """
 
 from __future__ import annotations

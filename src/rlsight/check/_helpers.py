@@ -59,4 +59,4 @@ PER_PROMPT: Final = RL.PER_PROMPT
 #: The span-group gate object (``_Gate`` instance) every emit helper tests against. A test
 #: ``group in <gate>.enabled`` gates on ``group`` like ``is_span_group_enabled(group)``; the
 #: collector recognises it by what an expression resolves to, whatever it is called locally.
-GATE: Final = "rlsight.groups._GATE"
+GATE: Final = "rlsight.groups.GATE"

@@ -84,8 +84,8 @@ class Project:
     def origin(self, qualified: str | None) -> str | None:
         """Where the object ``qualified`` names is defined, following re-exports and aliases.
 
-        ``pkg.api._G`` with ``from rlsight.groups import _GATE as _G`` in ``pkg.api`` (or
-        ``_G = _GATE`` there) is ``rlsight.groups._GATE``: what a name means, not how the code
+        ``pkg.api._G`` with ``from rlsight.groups import GATE as _G`` in ``pkg.api`` (or
+        ``_G = GATE`` there) is ``rlsight.groups.GATE``: what a name means, not how the code
         at hand spells it. A name in no parsed module is taken as it is qualified.
         """
         for _ in range(8):

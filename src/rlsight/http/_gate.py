@@ -22,7 +22,7 @@ from opentelemetry.util.types import Attributes
 
 from rlsight import runtime as _runtime
 from rlsight._semconv import SPAN_GROUP, THREAD_ID
-from rlsight.groups import _GATE, RL
+from rlsight.groups import GATE, RL
 
 __all__ = ["PROVIDER", "needs_extra"]
 
@@ -44,7 +44,7 @@ class _GatedTracer(Tracer):
         set_status_on_exception: bool = True,
     ) -> Span:
         telemetry = _runtime._ACTIVE
-        if telemetry is None or _PER_PROMPT not in _GATE.enabled:
+        if telemetry is None or _PER_PROMPT not in GATE.enabled:
             return NonRecordingSpan(_trace.get_current_span(context).get_span_context())
         attrs: dict[str, Any] = dict(attributes) if attributes else {}
         attrs[SPAN_GROUP] = _PER_PROMPT

@@ -30,7 +30,7 @@ from typing import Any, Final
 from rlsight._rl_groups import RL
 from rlsight._semconv import HOST_NAME, PROCESS_PID, SERVICE_INSTANCE_ID, SERVICE_NAME
 from rlsight.store._lines import PARSE_ERRORS, int64, json_lines
-from rlsight.store._reader import _store_files
+from rlsight.store._reader import store_files
 from rlsight.store._schema import AttributeValue, SkippedRecord
 
 __all__ = [
@@ -127,7 +127,7 @@ def read_live(run_dir: Path | str) -> LiveReadResult:
         StoreError: ``run_dir`` does not exist.
     """
     result = LiveReadResult()
-    for path in _store_files(Path(run_dir), LIVE_FOLDER):
+    for path in store_files(Path(run_dir), LIVE_FOLDER):
         current: LiveProcess | None = None
         for lineno, record in json_lines(path, result.skipped):
             try:

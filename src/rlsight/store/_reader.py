@@ -237,7 +237,10 @@ def _walk_spans(request: Any, path: str, line: int) -> SpanBatch:
     )
 
 
-def _store_files(run_dir: Path, kind: str) -> list[Path]:
+def store_files(run_dir: Path, kind: str) -> list[Path]:
+    """The ``kind`` (``traces``/``metrics``/``live``) files of a run folder, after refusing a
+    store format this rlsight does not read: the one place every store reader learns the
+    layout from."""
     if not run_dir.is_dir():
         raise StoreError(f"run folder {run_dir} does not exist; pass the folder a run wrote "
                          "(default ./rlsight-runs/<run_id>)")
@@ -259,7 +262,7 @@ def trace_files(run_dir: Path | str) -> list[Path]:
         StoreError: ``run_dir`` does not exist, or was written in a store format this
             rlsight does not read.
     """
-    return _store_files(Path(run_dir), "traces")
+    return store_files(Path(run_dir), "traces")
 
 
 def span_batches(paths: Iterable[Path]) -> Iterator[SpanBatch | SkippedRecord]:
@@ -336,7 +339,7 @@ def read_spans(run_dir: Path | str) -> SpanReadResult:
 def _read(
     run_dir: Path | str, kind: str, parse: Callable[[Any, list[Any]], None]
 ) -> tuple[list[Any], list[SkippedRecord], int]:
-    files = _store_files(Path(run_dir), kind)
+    files = store_files(Path(run_dir), kind)
     out: list[Any] = []
     skipped: list[SkippedRecord] = []
     for path in files:

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from rlsight.errors import StoreError
 from rlsight.store import _lines
-from rlsight.store._reader import _store_files
+from rlsight.store._reader import store_files
 from rlsight.store._schema import SkippedRecord
 
 __all__ = ["ExportResult", "export_run"]
@@ -174,7 +174,7 @@ def export_run(
     problem = endpoint_problem(endpoint)
     if problem is not None:
         raise StoreError(f"--otlp-endpoint {endpoint!r}: {problem}")
-    files = {kind: _store_files(run_dir, kind) for kind in _KINDS}
+    files = {kind: store_files(run_dir, kind) for kind in _KINDS}
     close: Callable[[], None] = lambda: None  # noqa: E731
     if protocol == "grpc":
         send, close = _grpc_sender(endpoint)

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import SpanProcessor
 
 from rlsight._readable import span_attributes
 from rlsight._semconv import LIVE, SPAN_GROUP, STEP, THREAD_ID
-from rlsight.groups import _GATE
+from rlsight.groups import GATE
 from rlsight.store._live import LIVE_GROUPS, NEVER_LIVE
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ def _is_live(span: Span) -> bool:
         return False
     if attrs.get(LIVE) is True:
         return True
-    meta = _GATE.groups.get(group) if isinstance(group, str) else None
+    meta = GATE.groups.get(group) if isinstance(group, str) else None
     return meta is not None and meta.umbrella
 
 

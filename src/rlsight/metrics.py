@@ -70,8 +70,9 @@ EFFICIENCY_PCT: Final = "rl.efficiency.pct"
 #: (``missing``, ``not_a_number``, ``not_finite``, ``negative``) (counter).
 SKIPPED: Final = "rl.metrics.skipped"
 _SKIPPED_DOC: Final = "Declared logger values left out, by metric and reason."
-_NAME: Final = "rl.metric.name"
-_REASON: Final = "rl.metric.reason"
+#: The attributes of a ``SKIPPED`` point: which declared metric, and why it was left out.
+SKIPPED_METRIC: Final = "rl.metric.name"
+SKIPPED_REASON: Final = "rl.metric.reason"
 
 #: Marker comments around the generated table in docs/metrics.md.
 DOC_BEGIN: Final = "<!-- rlsight:begin metrics -->"
@@ -86,9 +87,9 @@ _TOKEN_BUCKETS: Final = (
 )
 #: The GenAI conventions time a call on the side that timed it: the caller (client) or the
 #: model server; token usage is defined for clients only.
-_GEN_AI_CLIENT_DURATION: Final = "gen_ai.client.operation.duration"
-_GEN_AI_SERVER_DURATION: Final = "gen_ai.server.request.duration"
-_GEN_AI_TOKENS: Final = "gen_ai.client.token.usage"
+GEN_AI_CLIENT_DURATION: Final = "gen_ai.client.operation.duration"
+GEN_AI_SERVER_DURATION: Final = "gen_ai.server.request.duration"
+GEN_AI_TOKENS: Final = "gen_ai.client.token.usage"
 InferenceSide: TypeAlias = Literal["client", "server"]
 
 
@@ -347,7 +348,7 @@ def _record_group(
                 record(value, attributes)
                 continue
         instruments.counter(meter, SKIPPED, "{point}", _SKIPPED_DOC).add(
-            1, {**(attributes or {}), _NAME: spec.name, _REASON: reason}
+            1, {**(attributes or {}), SKIPPED_METRIC: spec.name, SKIPPED_REASON: reason}
         )
 
 
@@ -509,16 +510,16 @@ def record_inference(
             attributes["gen_ai.provider.name"] = provider
         if _is_amount(duration_s, "duration_s"):
             if side == "client":
-                name, description = _GEN_AI_CLIENT_DURATION, "GenAI operation duration."
+                name, description = GEN_AI_CLIENT_DURATION, "GenAI operation duration."
             else:
-                name, description = _GEN_AI_SERVER_DURATION, "GenAI server request duration."
+                name, description = GEN_AI_SERVER_DURATION, "GenAI server request duration."
             instruments.histogram(meter, name, "s", description, _DURATION_BUCKETS).record(
                 float(duration_s), attributes
             )
         if side == "server":
             return
         tokens = instruments.histogram(
-            meter, _GEN_AI_TOKENS, "{token}", "Tokens used per GenAI request.", _TOKEN_BUCKETS
+            meter, GEN_AI_TOKENS, "{token}", "Tokens used per GenAI request.", _TOKEN_BUCKETS
         )
         for token_type, count, arg in (
             ("input", input_tokens, "input_tokens"), ("output", output_tokens, "output_tokens")

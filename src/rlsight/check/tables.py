@@ -127,14 +127,14 @@ def _builtin_metric_rows() -> list[list[str]]:
     from rlsight._semconv import EFFICIENCY_CATEGORY, EFFICIENCY_MEASUREMENT
     from rlsight.engines import ENGINE_SERIES
     from rlsight.metrics import (
-        _GEN_AI_CLIENT_DURATION,
-        _GEN_AI_SERVER_DURATION,
-        _GEN_AI_TOKENS,
-        _NAME,
-        _REASON,
         EFFICIENCY_PCT,
         EFFICIENCY_SECONDS,
+        GEN_AI_CLIENT_DURATION,
+        GEN_AI_SERVER_DURATION,
+        GEN_AI_TOKENS,
         SKIPPED,
+        SKIPPED_METRIC,
+        SKIPPED_REASON,
     )
     from rlsight.step_summary import (
         GOODPUT_CONTRIBUTOR_SECONDS,
@@ -152,7 +152,8 @@ def _builtin_metric_rows() -> list[list[str]]:
         [f"`{EFFICIENCY_PCT}`", "gauge", "`%`",
          f"`rl.step`, `{EFFICIENCY_CATEGORY}`, `{EFFICIENCY_MEASUREMENT}`, `rl.window`", "—",
          "Share of the window's wall time in the category; `rl.window` says step or run."],
-        [f"`{SKIPPED}`", "counter", "`{point}`", f"`{_NAME}`, `{_REASON}`, + the record's", "—",
+        [f"`{SKIPPED}`", "counter", "`{point}`",
+         f"`{SKIPPED_METRIC}`, `{SKIPPED_REASON}`, + the record's", "—",
          "Declared values left out (reason `missing`, `not_a_number`, `not_finite`, "
          "`negative`); never recorded as 0."],
         [f"`{GOODPUT_SECONDS}`", "counter", "`s`", "`rl.step`, `rl.bucket`", "—",
@@ -172,14 +173,14 @@ def _builtin_metric_rows() -> list[list[str]]:
          "`rl.telemetry.sink`, `rl.telemetry.reason`", "—",
          "Spans an exporter dropped (sink `store` or `otlp`; reason `lag`, `queue_full`, "
          "`export_failed`, `shutdown_timeout`...); see [reliability](reliability.md)."],
-        [f"`{_GEN_AI_CLIENT_DURATION}`", "histogram", "`s`",
+        [f"`{GEN_AI_CLIENT_DURATION}`", "histogram", "`s`",
          "`gen_ai.request.model`, `gen_ai.operation.name`, `gen_ai.provider.name`", "—",
          "Duration of one inference call as the caller timed it (`record_inference`)."],
-        [f"`{_GEN_AI_SERVER_DURATION}`", "histogram", "`s`",
+        [f"`{GEN_AI_SERVER_DURATION}`", "histogram", "`s`",
          "`gen_ai.request.model`, `gen_ai.operation.name`, `gen_ai.provider.name`", "—",
          "Duration of one request as the model server timed it "
          "(`record_inference(..., side=\"server\")`)."],
-        [f"`{_GEN_AI_TOKENS}`", "histogram", "`{token}`",
+        [f"`{GEN_AI_TOKENS}`", "histogram", "`{token}`",
          "`gen_ai.token.type`, `gen_ai.request.model`, `gen_ai.operation.name`, "
          "`gen_ai.provider.name`", "—",
          "Input and output tokens of one inference call (`record_inference`, client side)."],

@@ -59,14 +59,25 @@ _CHILD = textwrap.dedent("""
             n += 1
         produced[w] = n
 
+    def behind_ms(now):
+        # How long ago the oldest span the writer has not written ended (its on_end rule).
+        oldest = store._in_flight_oldest_ns
+        if not oldest:
+            try:
+                oldest = store._queue[0].end_time or 0
+            except IndexError:
+                oldest = 0
+        return (now - oldest) / 1e6 if oldest else 0.0
+
     lags = []
-    threads = [threading.Thread(target=work, args=(w,)) for w in range(4)]
+    # Daemon threads: a failure in this thread must end the child, not leave it spinning.
+    threads = [threading.Thread(target=work, args=(w,), daemon=True) for w in range(4)]
     t0 = time.monotonic()
     for t in threads:
         t.start()
     while time.monotonic() - t0 < seconds:
         time.sleep(0.01)
-        lags.append(store._behind_ns(time.time_ns()) / 1e6)
+        lags.append(behind_ms(time.time_ns()))
     stop.set()
     for t in threads:
         t.join()

@@ -177,3 +177,30 @@ def test_a_window_closes_early_once_many_spans_ended_in_it(tmp_path):
             time.sleep(0.02)
         assert rollup._window_start > first
         assert len(rollup._window) < WINDOW_SPANS
+
+
+def test_the_window_stays_bounded_while_threads_emit_spans_flat_out(tmp_path):
+    """Four threads emitting spans as fast as they can starve the window thread of the GIL;
+    the window must not hold every span until it gets to run (it grew by ~40k spans/s, to
+    hundreds of MiB, before app threads cut it themselves)."""
+    from rlsight._step_rollup import WINDOW_SPANS
+
+    per_thread = 25_000
+    peak = [0]
+    with rlsight.setup_telemetry(_config(tmp_path / "run")) as telemetry:
+        rollup = telemetry._rollup
+        assert rollup is not None
+
+        def work() -> None:
+            for _ in range(per_thread):
+                with rlsight.span(RL.TRAINING, "rl.train.policy"):
+                    pass
+                peak[0] = max(peak[0], len(rollup._window))
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert peak[0] >= WINDOW_SPANS, "too little load to test anything"
+    assert peak[0] <= 4 * WINDOW_SPANS + 1_000, f"the window held {peak[0]} spans"

@@ -152,8 +152,14 @@ class StepRollupProcessor(SpanProcessor):
         if self._windows is not None:
             window = self._window
             window.append(span)
-            if len(window) == WINDOW_SPANS:
-                self._wake.set()
+            # ``>=``, not ``==``: app threads append concurrently and a cut leaves the spans
+            # appended meanwhile, so the length can step over the mark without landing on it;
+            # missed, the window would hold every span until the 10 s timer.
+            if len(window) >= WINDOW_SPANS:
+                if len(window) >= 2 * WINDOW_SPANS:
+                    self._help_cut(wait_s=0.1 if len(window) >= 4 * WINDOW_SPANS else 0.0)
+                elif not self._wake.is_set():
+                    self._wake.set()
         if not self._open_steps:
             return
         self._ended.append(span)
@@ -215,26 +221,47 @@ class StepRollupProcessor(SpanProcessor):
         ``flush_telemetry`` and at shutdown, before the metrics are written."""
         self._cut_at(time.time_ns())
 
+    def _help_cut(self, wait_s: float) -> None:
+        """Cut the window on this app thread, waiting up to ``wait_s`` for a running cut.
+
+        The window thread is one GIL share among every app thread: with several threads
+        producing spans flat out it is woken but barely runs (a cut it started can take
+        seconds of wall time for milliseconds of CPU), and the window would hold every span
+        until it finishes. An app thread that finds the window twice its size cuts it itself
+        if nothing else is cutting; four times its size, it waits (at most ``wait_s``) for the
+        running cut, which then gets the GIL. The window stays bounded, and the producers pay
+        for the accounting they cause.
+        """
+        lock = self._lock
+        if lock.acquire(timeout=wait_s) if wait_s > 0 else lock.acquire(blocking=False):
+            try:
+                self._cut_locked(time.time_ns())
+            finally:
+                lock.release()
+
     def _cut_at(self, now: int) -> None:
         with self._lock:
-            lo = self._window_start
-            if now <= lo:
-                return
-            count, ends = 0, None
-            batch: list[ReadableSpan] = []
-            try:
-                count, batch, spans = self._take(self._window, now)
-                ends = spans.ends
-                from rlsight.analysis.online import live_columns, window_buckets
+            self._cut_locked(now)
 
-                seconds = window_buckets(live_columns(spans), lo, now)
-                self._window_start = now
-                _record_window(self._runtime, seconds)
-            except Exception as exc:  # the runtime's guard: log once (raise when strict), run goes on
-                self._window_start = now
-                self._runtime.report_internal_error("busy-time", exc)
-            finally:
-                self._keep(self._window, count, batch, ends, now)
+    def _cut_locked(self, now: int) -> None:
+        lo = self._window_start
+        if now <= lo:
+            return
+        count, ends = 0, None
+        batch: list[ReadableSpan] = []
+        try:
+            count, batch, spans = self._take(self._window, now)
+            ends = spans.ends
+            from rlsight.analysis.online import live_columns, window_buckets
+
+            seconds = window_buckets(live_columns(spans), lo, now)
+            self._window_start = now
+            _record_window(self._runtime, seconds)
+        except Exception as exc:  # the runtime's guard: log once (raise when strict), run goes on
+            self._window_start = now
+            self._runtime.report_internal_error("busy-time", exc)
+        finally:
+            self._keep(self._window, count, batch, ends, now)
 
     def _cut_windows(self, window_s: float) -> None:
         while True:

@@ -51,7 +51,7 @@ from opentelemetry.trace.status import Status, StatusCode
 from rlsight._current import current_span
 from rlsight._ids import SeedIndependentIdGenerator
 from rlsight._readable import PlainAttributes
-from rlsight.store._otlp_json import SPAN_ENCODERS, key_values
+from rlsight.store._otlp_json import SPAN_ENCODERS, add_events_and_links, key_values
 
 __all__ = ["LeanSpan", "LeanStarter"]
 
@@ -336,22 +336,7 @@ def _otlp(span: LeanSpan) -> dict[str, Any]:
         out["parentSpanId"] = format(parent.span_id, "016x")
     if ctx.trace_state:
         out["traceState"] = ctx.trace_state.to_header()
-    events = span._events
-    if events:
-        out["events"] = [
-            {"timeUnixNano": str(e.timestamp), "name": e.name, "attributes": key_values(e.attributes)}
-            for e in events
-        ]
-    links = span._links
-    if links:
-        out["links"] = [
-            {
-                "traceId": format(link.context.trace_id, "032x"),
-                "spanId": format(link.context.span_id, "016x"),
-                "attributes": key_values(link.attributes),
-            }
-            for link in links
-        ]
+    add_events_and_links(out, span._events, span._links)
     status = span._status
     if status is not _UNSET:
         code = status.status_code.value

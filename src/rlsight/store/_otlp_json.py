@@ -145,13 +145,30 @@ def _sdk_span(span: ReadableSpan) -> dict[str, Any]:
         out["parentSpanId"] = format(parent.span_id, "016x")
     if ctx.trace_state:
         out["traceState"] = ctx.trace_state.to_header()
-    events = span.events
+    add_events_and_links(out, span.events, span.links)
+    status = span.status
+    code = status.status_code.value
+    if code:
+        out["status"] = {"code": code, "message": status.description or ""}
+    dropped = span.dropped_attributes
+    if dropped:
+        out["droppedAttributesCount"] = dropped
+    return out
+
+
+def add_events_and_links(
+    out: dict[str, Any], events: Sequence[Any] | None, links: Sequence[Any] | None
+) -> None:
+    """Put a span's events and links into its OTLP/JSON mapping ``out`` (none: no key).
+
+    Shared by the SDK-span encoder here and the lean span's (``rlsight._lean``), whose store
+    lines must stay byte-for-byte the same.
+    """
     if events:
         out["events"] = [
             {"timeUnixNano": str(e.timestamp), "name": e.name, "attributes": key_values(e.attributes)}
             for e in events
         ]
-    links = span.links
     if links:
         out["links"] = [
             {
@@ -161,14 +178,6 @@ def _sdk_span(span: ReadableSpan) -> dict[str, Any]:
             }
             for link in links
         ]
-    status = span.status
-    code = status.status_code.value
-    if code:
-        out["status"] = {"code": code, "message": status.description or ""}
-    dropped = span.dropped_attributes
-    if dropped:
-        out["droppedAttributesCount"] = dropped
-    return out
 
 
 class PreparedSpan:

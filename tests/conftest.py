@@ -58,6 +58,18 @@ _SLOW = (
     "test_engines.py::TestScrapeThreads",  # endpoints that stall past the scrape timeout
     "test_engines.py::TestFromUrl",
     "test_timers.py::test_the_docs_example_prints_what_the_page_says",  # a subprocess
+    "test_busy_time.py::test_the_window_stays_bounded_while_threads_emit_spans_flat_out",  # 100k spans
+    "test_busy_time.py::test_windows_add_up_to_the_reports_fleet_view",  # hypothesis over runs
+    "cli/test_help.py::test_a_bad_demo_flag_names_the_command_the_user_typed",  # a subprocess
+    "test_engines.py::TestNativeTracingEnv",  # shutdowns facing an endpoint nobody serves
+    "analysis/test_sorting.py",  # hypothesis against numpy's lexsort
+    "store/test_store.py::TestAttributeRoundTrip",  # hypothesis through the real store
+    "test_config.py::TestEnvRoundTrip",  # hypothesis over whole configs
+    "propagation/test_propagation_decorator.py::test_any_carrier_never_fails_a_decorated_call",
+    "test_public_api.py::test_import_rlsight_leaves_the_opentelemetry_sdk_for_setup",  # a subprocess
+    "test_import_graph.py",  # parses the whole tree, several times
+    "test_semconv.py::test_the_package_spells_each_wire_name_only_in_the_vocabulary_module",
+    "test_fuzz.py",  # hypothesis fuzzing of the readers and parsers
     "analysis/test_docs_goodput.py::test_the_worked_example_runs_and_checks_its_own_numbers",
     "check/test_check_command.py::test_installed_cli_runs_check_as_a_subprocess",
     "cli/test_report_cli.py::TestReport::test_the_installed_command_runs_without_a_progress_bar_in_a_pipe",

@@ -586,6 +586,10 @@ def _metrics_server(
 
 
 
+#: Nothing listens at these tests' endpoints: a short shutdown, not the exporter's retries.
+_NO_COLLECTOR: dict[str, int] = {"shutdown_timeout_ms": 200}
+
+
 class TestNativeTracingEnv:
     """native_tracing_env: engine spans join the run only when the run asks for them."""
 
@@ -596,10 +600,10 @@ class TestNativeTracingEnv:
         with capture_telemetry(span_groups=("all",), otlp_endpoint=None, engine_native_tracing=True):
             assert native_tracing_env() == {}
         with capture_telemetry(span_groups=("per_step",), engine_native_tracing=True,
-                               otlp_endpoint="http://127.0.0.1:4318"):
+                               otlp_endpoint="http://127.0.0.1:4318", **_NO_COLLECTOR):
             assert native_tracing_env() == {}
         with capture_telemetry(span_groups=("all",), engine_native_tracing=False,
-                               otlp_endpoint="http://127.0.0.1:4318"):
+                               otlp_endpoint="http://127.0.0.1:4318", **_NO_COLLECTOR):
             assert native_tracing_env() == {}
 
     def test_sets_the_traces_specific_protocol_vllm_reads(self) -> None:
@@ -607,14 +611,14 @@ class TestNativeTracingEnv:
         from rlsight.testing import capture_telemetry
 
         with capture_telemetry(span_groups=("all",), engine_native_tracing=True, run_id="r1",
-                               otlp_endpoint="http://127.0.0.1:4318/"):
+                               otlp_endpoint="http://127.0.0.1:4318/", **_NO_COLLECTOR):
             env = native_tracing_env(worker_group="gen")
         assert env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] == "http://127.0.0.1:4318/v1/traces"
         assert env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
         assert "rl.run.id=r1" in env["OTEL_RESOURCE_ATTRIBUTES"]
         assert "rl.worker_group=gen" in env["OTEL_RESOURCE_ATTRIBUTES"]
         with capture_telemetry(span_groups=("all",), engine_native_tracing=True,
-                               otlp_endpoint="http://127.0.0.1:4317", otlp_protocol="grpc"):
+                               otlp_endpoint="http://127.0.0.1:4317", otlp_protocol="grpc", **_NO_COLLECTOR):
             env = native_tracing_env()
         assert env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] == "http://127.0.0.1:4317"
         assert env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "grpc"

@@ -85,7 +85,8 @@ class TestSettingsPrecedence:
         self, run_dir: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://127.0.0.1:9/v1/metrics")
-        telemetry = setup_telemetry(_config(run_dir))
+        # Nothing listens on port 9: a short shutdown instead of the exporter's retries.
+        telemetry = setup_telemetry(_config(run_dir, shutdown_timeout_ms=200))
         assert [p.name for p in telemetry._processors] == ["store"]
 
 

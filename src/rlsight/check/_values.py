@@ -54,14 +54,22 @@ def unknown(reason: str) -> Resolved:
     return Resolved(unknown=reason)
 
 
-def union(parts: Sequence[Resolved]) -> Resolved:
-    """Any one of ``parts`` (a conditional, a local assigned twice)."""
+def _first_undecided(parts: Sequence[Resolved]) -> Resolved | None:
+    """The part that decides a combination alone: the first unknown one, else the first that
+    forwards a parameter; ``None`` when every part is a set of values."""
     for p in parts:
         if p.unknown is not None:
             return p
     for p in parts:
         if p.forwarded is not None:
             return p
+    return None
+
+
+def union(parts: Sequence[Resolved]) -> Resolved:
+    """Any one of ``parts`` (a conditional, a local assigned twice)."""
+    if (undecided := _first_undecided(parts)) is not None:
+        return undecided
     values = frozenset(itertools.chain.from_iterable(p.values for p in parts))
     if len(values) > _MAX_VALUES:
         return unknown(f"more than {_MAX_VALUES} possible values")
@@ -71,12 +79,8 @@ def union(parts: Sequence[Resolved]) -> Resolved:
 def concat(parts: Sequence[Resolved]) -> Resolved:
     """``parts`` joined in order (``+``, an f-string), every combination of their values."""
     # A prefix glued onto a parameter is still a wrapper; anything unknown makes it unknown.
-    for p in parts:
-        if p.unknown is not None:
-            return p
-    for p in parts:
-        if p.forwarded is not None:
-            return p
+    if (undecided := _first_undecided(parts)) is not None:
+        return undecided
     combos = 1
     for p in parts:
         combos *= max(1, len(p.values))

@@ -1,10 +1,17 @@
-"""Output paths are checked before the work, so a typo costs no analysis of a large run."""
+"""What ``report`` and ``diff`` write: output paths checked before the work (a typo costs no
+analysis of a large run), then one document in the same order and shape for both."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def unusable_output(command: str, flag: str, path: Path, example: str) -> bool:
@@ -25,3 +32,29 @@ def unusable_output(command: str, flag: str, path: Path, example: str) -> bool:
         return False
     print(f"rlsight {command}: {flag} {path} {problem}", file=sys.stderr)
     return True
+
+
+def write_outputs(
+    command: str,
+    *,
+    as_json: bool,
+    document: Callable[[], dict[str, Any]],
+    terminal: Callable[[Console], None],
+    html: Path | None,
+    page: Callable[[], str],
+) -> None:
+    """The ``--json`` document or the terminal view on stdout, then the ``--html`` page.
+
+    The renderers come as callables so that each command imports rich and its HTML renderer
+    only for the output asked for.
+    """
+    if as_json:
+        sys.stdout.write(json.dumps(document(), indent=1, allow_nan=False) + "\n")
+    else:
+        from rich.console import Console
+
+        # In a pipe rich assumes 80 columns and would truncate the per-step table.
+        terminal(Console(highlight=False, width=None if sys.stdout.isatty() else 132))
+    if html is not None:
+        html.write_text(page(), encoding="utf-8")
+        print(f"rlsight {command}: wrote {html}", file=sys.stderr)

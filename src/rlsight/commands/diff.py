@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from rlsight.commands._exit import EXIT_INPUT, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
 from rlsight.commands._extras import missing_extra
-from rlsight.commands._outputs import unusable_output
+from rlsight.commands._outputs import unusable_output, write_outputs
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from rlsight.analysis import RunReport
 
 __all__ = ["add_arguments", "run"]
@@ -110,19 +112,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"rlsight diff: {exc}", file=sys.stderr)
         return EXIT_USAGE if isinstance(exc, _UsageError) else EXIT_INPUT
     diff = diff_reports(a, b)
-    if args.json:
-        sys.stdout.write(json.dumps(diff.to_dict(), indent=1, allow_nan=False) + "\n")
-    else:
-        from rich.console import Console
-
+    def terminal(console: Console) -> None:
         from rlsight.render.diff import render_diff
 
-        render_diff(diff, Console(highlight=False, width=None if sys.stdout.isatty() else 132))
-    if args.html is not None:
+        render_diff(diff, console)
+
+    def page() -> str:
         from rlsight.render.diff import render_diff_html
 
-        args.html.write_text(render_diff_html(diff), encoding="utf-8")
-        print(f"rlsight diff: wrote {args.html}", file=sys.stderr)
+        return render_diff_html(diff)
+
+    write_outputs("diff", as_json=args.json, document=diff.to_dict, terminal=terminal,
+                  html=args.html, page=page)
     if args.fail_if_slower is not None:
         if diff.step_change_pct is None:
             print("rlsight diff: --fail-if-slower needs rl.step spans in both runs; "

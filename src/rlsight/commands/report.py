@@ -11,15 +11,18 @@ no spans.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rlsight.commands._exit import EXIT_INPUT, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
 from rlsight.commands._extras import missing_extra
-from rlsight.commands._outputs import unusable_output
+from rlsight.commands._outputs import unusable_output, write_outputs
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["add_arguments", "run"]
 
@@ -108,20 +111,18 @@ def run(args: argparse.Namespace) -> int:
     except StoreError as exc:
         print(f"rlsight report: {exc}", file=sys.stderr)
         return EXIT_INPUT
-    if args.json:
-        sys.stdout.write(json.dumps(report.to_dict(), indent=1, allow_nan=False) + "\n")
-    else:
-        from rich.console import Console
-
+    def terminal(console: Console) -> None:
         from rlsight.render.table import render_report
 
-        # In a pipe rich assumes 80 columns and would truncate the per-step table.
-        render_report(report, Console(highlight=False, width=None if sys.stdout.isatty() else 132))
-    if args.html is not None:
+        render_report(report, console)
+
+    def page() -> str:
         from rlsight.render.html import render_html
 
-        args.html.write_text(render_html(report), encoding="utf-8")
-        print(f"rlsight report: wrote {args.html}", file=sys.stderr)
+        return render_html(report)
+
+    write_outputs("report", as_json=args.json, document=report.to_dict, terminal=terminal,
+                  html=args.html, page=page)
     if report.summary.skipped:
         from rlsight.render._format import terminal_safe
 

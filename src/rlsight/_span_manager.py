@@ -112,7 +112,36 @@ def _describe(exc: BaseException) -> str:
         return type(exc).__name__
 
 
-class LiveSpan:
+class AsyncFromSync:
+    """``async with`` for a span manager whose ``with`` does the work: opening and ending a
+    span never awaits, so the async protocol is the sync one."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> Span:
+        raise NotImplementedError
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Span:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+
+class LiveSpan(AsyncFromSync):
     """An enabled span: started on enter, ended on exit, context attached in between."""
 
     __slots__ = (
@@ -242,16 +271,6 @@ class LiveSpan:
                 detach(token)  # type: ignore[arg-type]
         return None
 
-    async def __aenter__(self) -> Span:
-        return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        return self.__exit__(exc_type, exc, tb)
 
 
 def _explicit_bucket(attrs: Mapping[str, Any], name: str) -> Bucket | None:

@@ -38,7 +38,7 @@ from rlsight._semconv import (
     STARTUP_SPAN,
     STEP_SPAN,
 )
-from rlsight._span_manager import NOOP, LiveSpan, clean_attributes
+from rlsight._span_manager import NOOP, AsyncFromSync, LiveSpan, clean_attributes
 from rlsight.buckets import PER_PROMPT, Bucket
 from rlsight.errors import warn_once
 from rlsight.groups import GATE, RL
@@ -248,7 +248,7 @@ def load_model_span(backend: str, /, **attributes: Any) -> SpanContextManager:
     return LiveSpan(RL.SETUP, LOAD_MODEL_SPAN, attributes, umbrella=True)
 
 
-class _SetupSpan:
+class _SetupSpan(AsyncFromSync):
     """``rl.setup.<phase>`` plus the ``rl.setup.duration{phase}`` histogram."""
 
     __slots__ = ("_inner", "_phase", "_t0")
@@ -279,16 +279,6 @@ class _SetupSpan:
                 except Exception as err:
                     rt.report_internal_error("setup-duration", err)
 
-    async def __aenter__(self) -> Span:
-        return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
 
 
 def setup_span(phase: str) -> SpanContextManager:

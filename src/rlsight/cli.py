@@ -15,6 +15,7 @@ from typing import Final
 
 from rlsight.commands import check, demo, diff, export, report, runs, timeline, watch
 from rlsight.commands._exit import (
+    EXIT_BROKEN_PIPE,
     EXIT_BUG,
     EXIT_INPUT,
     EXIT_INTERRUPTED,
@@ -26,8 +27,8 @@ from rlsight.commands._exit import (
 from rlsight.errors import RlsightError, StoreError
 
 __all__ = [
-    "EXIT_BUG", "EXIT_INPUT", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_PROBLEMS", "EXIT_STALLED",
-    "EXIT_USAGE", "main",
+    "EXIT_BROKEN_PIPE", "EXIT_BUG", "EXIT_INPUT", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_PROBLEMS",
+    "EXIT_STALLED", "EXIT_USAGE", "main",
 ]
 
 #: Subcommand name -> module. Order is the order ``--help`` lists them in.
@@ -61,6 +62,27 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush cannot fail on the pipe again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real file behind stdout (captured in a test): nothing to flush
+        pass
+
+
+def _stdout_is_devnull() -> bool:
+    import os
+
+    try:
+        return os.path.samestat(os.fstat(sys.stdout.fileno()), os.stat(os.devnull))
+    except (OSError, ValueError):
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI with ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
     parser = _build_parser()
@@ -69,7 +91,16 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
         return int(exc.code or 0)
     try:
-        return int(args._module.run(args))
+        code = int(args._module.run(args))
+        sys.stdout.flush()  # a closed pipe shows here, not at exit where nothing can catch it
+        return code
+    except BrokenPipeError:  # `rlsight runs --json | head`: the reader has what it wanted
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except SystemExit as exc:  # rich's answer to a closed pipe: stdout onto /dev/null, exit 1
+        if exc.code == 1 and _stdout_is_devnull():
+            return EXIT_BROKEN_PIPE
+        raise
     except KeyboardInterrupt:
         print(f"rlsight {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

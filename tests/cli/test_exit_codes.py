@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from rlsight.cli import EXIT_BUG, EXIT_USAGE, main
+from rlsight.cli import EXIT_BROKEN_PIPE, EXIT_BUG, EXIT_USAGE, main
 from rlsight.commands import runs as runs_command
 from rlsight.errors import ConfigError
 
@@ -86,3 +86,18 @@ def test_export_to_a_malformed_endpoint_is_a_usage_error(url, tmp_path, capsys):
     assert main(["export", str(tmp_path), "--otlp-endpoint", url]) == EXIT_USAGE
     assert capsys.readouterr().err.startswith(f"rlsight export: --otlp-endpoint {url!r}: ")
     assert not (tmp_path / "export").exists()
+
+
+@pytest.mark.parametrize("json_flag", [["--json"], []], ids=["print", "rich"])
+def test_a_closed_pipe_ends_the_command_quietly(json_flag, tmp_path, monkeypatch, capsys):
+    """`rlsight runs --json | head`: exit 141 as other tools, no 'Broken pipe' error line."""
+    import os
+
+    (tmp_path / "run-a" / "traces").mkdir(parents=True)
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has gone: every write to the pipe fails with EPIPE
+    with os.fdopen(write_end, "w") as closed_pipe:
+        monkeypatch.setattr(sys, "stdout", closed_pipe)
+        assert main(["runs", str(tmp_path), *json_flag]) == EXIT_BROKEN_PIPE
+        monkeypatch.undo()
+    assert capsys.readouterr().err == ""

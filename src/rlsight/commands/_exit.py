@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "EXIT_BROKEN_PIPE",
     "EXIT_BUG",
     "EXIT_INPUT",
     "EXIT_INTERRUPTED",
@@ -31,3 +32,5 @@ EXIT_INPUT: Final = 3
 EXIT_STALLED: Final = 3
 #: Interrupted with Ctrl-C (128 + SIGINT, as shells report it).
 EXIT_INTERRUPTED: Final = 130
+#: The reader of stdout went away (``| head``): 128 + SIGPIPE, as shells report other tools.
+EXIT_BROKEN_PIPE: Final = 141

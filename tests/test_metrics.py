@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rlsight.check.tables import metrics_table
 from rlsight.errors import MetricSpecError, RlsightWarning
@@ -84,6 +86,34 @@ class TestRegistration:
     def test_unknown_kind_raises(self) -> None:
         with pytest.raises(MetricSpecError, match="kind 'summary'"):
             MetricSpec("test.x", "x", "summary", "1", "Bad kind.")  # type: ignore[arg-type]
+
+    @pytest.mark.parametrize("name", ["train loss", "1st.loss", "myrl.löss", "x" * 256, ".loss"])
+    def test_a_name_opentelemetry_refuses_is_refused_at_declaration(self, name: str) -> None:
+        # The SDK raises a bare Exception when the instrument is made, at the first tee, and
+        # the whole group's points are lost every step; the spec is where the name is written.
+        with pytest.raises(MetricSpecError, match=r"is not a valid OpenTelemetry metric name"):
+            MetricSpec(name, "train/loss", "gauge", "1", "Loss.")
+
+    def test_a_unit_opentelemetry_refuses_is_refused_at_declaration(self) -> None:
+        with pytest.raises(MetricSpecError, match=r"unit 'µs', which OpenTelemetry refuses"):
+            MetricSpec("test.latency", "latency", "gauge", "µs", "Latency.")
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.text(alphabet="aZ09._-/ :é", min_size=0, max_size=8) | st.sampled_from(["a" * 255, "a" * 256]))
+    def test_a_spec_accepts_exactly_the_names_the_sdk_accepts(self, name: str) -> None:
+        from opentelemetry.sdk.metrics import MeterProvider
+
+        try:
+            MeterProvider().get_meter("test").create_gauge(name)
+            sdk_accepts = True
+        except Exception:
+            sdk_accepts = False
+        try:
+            MetricSpec(name, "train/loss", "gauge", "1", "Loss.")
+            spec_accepts = True
+        except MetricSpecError:
+            spec_accepts = False
+        assert spec_accepts == (sdk_accepts and name != "")
 
     def test_missing_otel_api_is_a_separate_error_naming_the_dependency(
         self, monkeypatch: pytest.MonkeyPatch

@@ -22,6 +22,7 @@ code never has to ask whether telemetry is on.
 from __future__ import annotations
 
 import math
+import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -59,6 +60,11 @@ __all__ = [
 
 MetricKind: TypeAlias = Literal["gauge", "counter", "histogram"]
 _KINDS: Final = ("gauge", "counter", "histogram")
+#: OpenTelemetry's instrument name and unit syntax. The SDK checks them only when the
+#: instrument is made, at the first tee, and a refusal there loses the group's points every
+#: step; a spec checks them where the name is written.
+_NAME_SYNTAX: Final = re.compile(r"[a-zA-Z][-_./a-zA-Z0-9]{0,254}")
+_UNIT_SYNTAX: Final = re.compile(r"[\x00-\x7F]{0,63}")
 
 #: Attribute the tee puts on every point: ``step`` (this step only) or ``run`` (run so far).
 WINDOW_ATTRIBUTE: Final = "rl.window"
@@ -107,7 +113,8 @@ class MetricSpec:
         description: One line for the docs table and for backends.
 
     Raises:
-        MetricSpecError: ``kind`` is not one of the three, or ``name``/``logger_key`` is empty.
+        MetricSpecError: ``kind`` is not one of the three, ``name``/``logger_key`` is empty, or
+            ``name`` or ``unit`` is one OpenTelemetry refuses.
     """
 
     name: str
@@ -126,6 +133,17 @@ class MetricSpec:
             raise MetricSpecError(
                 f"MetricSpec(name={self.name!r}, logger_key={self.logger_key!r}) needs both "
                 "a metric name and a logger key"
+            )
+        if not _NAME_SYNTAX.fullmatch(self.name):
+            raise MetricSpecError(
+                f"MetricSpec name {self.name!r} is not a valid OpenTelemetry metric name: an "
+                "ASCII letter, then up to 254 letters, digits, '.', '_', '-' or '/' "
+                "(write it lowercase dotted, such as 'myrl.train.loss')"
+            )
+        if not _UNIT_SYNTAX.fullmatch(self.unit):
+            raise MetricSpecError(
+                f"MetricSpec {self.name!r} has unit {self.unit!r}, which OpenTelemetry refuses: "
+                "at most 63 ASCII characters (a UCUM unit such as 's', '1' or '{token}')"
             )
 
 

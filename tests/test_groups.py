@@ -292,6 +292,18 @@ class TestRegistration:
         with pytest.raises(SpanGroupError, match="reserved"):
             SpanGroup(ALL, "wildcard")
 
+    @pytest.mark.parametrize("bucket", ["overhead", Bucket.OVERHEAD])
+    def test_an_umbrella_with_a_bucket_is_a_span_group_error_however_the_bucket_is_spelled(
+        self, bucket: Bucket | str
+    ) -> None:
+        with pytest.raises(SpanGroupError, match=r"'myumbrella' is an umbrella and has bucket 'overhead'"):
+            SpanGroup("myumbrella", "phases", bucket, umbrella=True)  # type: ignore[arg-type]
+
+    def test_an_unknown_bucket_is_a_span_group_error_naming_the_group_and_the_buckets(self) -> None:
+        expected = r"'mygroup' has bucket 'busy'; use one of productive, overhead, idle, wasted"
+        with pytest.raises(SpanGroupError, match=expected):
+            SpanGroup("mygroup", "work", "busy")  # type: ignore[arg-type]
+
     def test_namespace_named_all_is_reserved(self) -> None:
         with pytest.raises(SpanGroupError, match="reserved"):
             register_span_groups(ALL, [SpanGroup(_fresh(), "x")])

@@ -65,13 +65,19 @@ class SpanGroup:
             )
         if self.name == ALL:
             raise SpanGroupError(f"span group name {ALL!r} is reserved for the wildcard")
+        if self.bucket is not None and not isinstance(self.bucket, Bucket):
+            try:
+                object.__setattr__(self, "bucket", Bucket(self.bucket))
+            except ValueError:
+                raise SpanGroupError(
+                    f"span group {self.name!r} has bucket {self.bucket!r}; use one of "
+                    f"{', '.join(b.value for b in Bucket)} (or rlsight.Bucket), or None"
+                ) from None
         if self.umbrella and self.bucket is not None:
             raise SpanGroupError(
                 f"span group {self.name!r} is an umbrella and has bucket {self.bucket.value!r}; "
                 "umbrella spans structure the trace and carry no bucket: drop one of the two"
             )
-        if self.bucket is not None and not isinstance(self.bucket, Bucket):
-            object.__setattr__(self, "bucket", Bucket(self.bucket))
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,6 +58,15 @@ class TestRecordSpan:
             record_span(RL.GENERATION, "rl.rollout.generate", 5.0, 4.0)
         assert capture.span_names() == []
 
+    @pytest.mark.parametrize("scale", [1e9, 1e3], ids=["time_ns", "milliseconds"])
+    def test_times_not_in_seconds_are_skipped_with_a_warning(self, capture: Capture, scale: float) -> None:
+        # As int64 nanoseconds they overflowed the store and the busy-time rollup, which then
+        # dropped the span and logged an internal error instead of naming the mistake.
+        start = 1_700_000_000 * scale
+        with pytest.warns(RlsightWarning, match=r"not seconds since the epoch.*time\.time\(\)"):
+            record_span(RL.GENERATION, "rl.rollout.generate", start, start + 2 * scale)
+        assert capture.span_names() == []
+
     def test_a_disabled_group_records_nothing(self) -> None:
         with capture_telemetry(span_groups=("per_step",)) as cap:
             record_span(RL.PER_PROMPT, "rl.rollout.generate", 1.0, 2.0)

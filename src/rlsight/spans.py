@@ -127,6 +127,10 @@ def span(group: str, name: str, /, **attributes: Any) -> SpanContextManager:
     return LiveSpan(group, name, attributes)
 
 
+#: Nanoseconds since the epoch are int64 in OTLP: seconds up to the year 2262.
+_LAST_EPOCH_S: Final = 2**63 / 1e9
+
+
 def record_span(group: str, name: str, start: float, end: float, /, **attributes: Any) -> None:
     """Record a span of ``group`` whose times were measured elsewhere, after the fact.
 
@@ -138,8 +142,9 @@ def record_span(group: str, name: str, start: float, end: float, /, **attributes
         group: A registered span group, as for :func:`span`.
         name: A literal, lowercase dotted name; ``rlsight check`` reads it from the source.
         start: When the work began, in seconds since the epoch (``time.time()``).
-        end: When it ended, same clock; a span with ``end < start`` is skipped with one
-            warning per name, since a negative duration would corrupt the goodput rollup.
+        end: When it ended, same clock; a span with ``end < start``, or with times that
+            cannot be seconds since the epoch (``time.time_ns()`` values), is skipped with one
+            warning per name, since it would corrupt the goodput rollup.
         **attributes: As for :func:`span`.
     """
     enabled = GATE.enabled
@@ -150,6 +155,15 @@ def record_span(group: str, name: str, start: float, end: float, /, **attributes
             f"record-span-backwards:{name}",
             f"rlsight: record_span({group!r}, {name!r}, start={start!r}, end={end!r}): end is before "
             "start; pass time.time() values with start first. The span is skipped",
+            stacklevel=2,
+        )
+        return
+    if not (start >= 0 and end < _LAST_EPOCH_S):
+        warn_once(
+            f"record-span-range:{name}",
+            f"rlsight: record_span({group!r}, {name!r}, start={start!r}, end={end!r}): the times "
+            "are not seconds since the epoch; pass time.time() values, not time.time_ns() or "
+            "milliseconds. The span is skipped",
             stacklevel=2,
         )
         return

@@ -250,7 +250,8 @@ def encode_metrics(data: MetricsData) -> bytes | None:
                     {"scope": {"name": scope.name, "version": scope.version or ""}, "metrics": metrics}
                 )
         if scope_metrics:
-            resource_metrics.append({"resource": resource_mapping(rm.resource), "scopeMetrics": scope_metrics})
+            resource_metrics.append(
+                {"resource": resource_mapping(rm.resource), "scopeMetrics": scope_metrics})
     if not points:
         return None
     request = {"resourceMetrics": resource_metrics}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.trace import SpanKind
@@ -56,6 +56,9 @@ _READ_PROPERTIES: Final = (
     "name", "context", "kind", "parent", "start_time", "end_time", "status", "attributes",
     "events", "links", "resource", "instrumentation_scope", "dropped_attributes",
 )
+#: A span attribute's type, its ``KeyValue`` alone and after a comma.
+_Encoded = tuple[type, str, str]
+_NO_VALUES: Final[dict[object, _Encoded]] = {}
 _INTERNAL: Final = SpanKind.INTERNAL
 _UNSET: Final = StatusCode.UNSET
 
@@ -105,7 +108,10 @@ class SpanCodec:
 
     def __init__(self, serialize: Callable[[object], bytes]) -> None:
         self._serialize = serialize
-        self._kvs: dict[tuple[str, object], tuple[type, str, str]] = {}
+        #: attribute key -> value -> its encoded KeyValue (:data:`_Encoded`); a dict per key,
+        #: so a lookup allocates no (key, value) tuple. ``_kv_count`` values in all.
+        self._kvs: dict[str, dict[object, _Encoded]] = {}
+        self._kv_count = 0
         self._key_heads: dict[tuple[str, str], str] = {}
         self._names: dict[str, str] = {}
         self._trace_ids: dict[int, str] = {}
@@ -255,14 +261,15 @@ class SpanCodec:
             attrs: Any = span._attributes
             plain = type(attrs) is PlainAttributes
             if attrs:
-                which = 1  # hit[1]: the first KeyValue; hit[2]: the others, comma first
-                for item in (attrs if plain else getattr(attrs, "_dict", attrs)).items():
+                which: Literal[1, 2] = 1  # hit[1]: the first KeyValue; hit[2]: the rest
+                # Unpacked, so the items iterator reuses its tuple: no allocation per value.
+                for key, value in (attrs if plain else getattr(attrs, "_dict", attrs)).items():
                     try:
-                        hit = kvs.get(item)
+                        hit = (kvs.get(key) or _NO_VALUES).get(value)
                     except TypeError:  # an unhashable value (a list in a hand-made span)
                         hit = None
-                    if hit is None or hit[0] is not type(item[1]):  # 1 == True == 1.0
-                        hit = key_value(item)
+                    if hit is None or hit[0] is not type(value):  # 1 == True == 1.0
+                        hit = key_value(key, value)
                     append(hit[which])
                     which = 2
             # What is rare goes through the mapping: trace state, events, links, status, drops.
@@ -316,9 +323,8 @@ class SpanCodec:
         tail = self._parents[span_id] = f'],"parentSpanId":"{span_id:016x}"}},'
         return tail
 
-    def _key_value(self, item: tuple[str, object]) -> tuple[type, str, str]:
+    def _key_value(self, key: str, value: object) -> _Encoded:
         """One attribute's ``KeyValue``, alone and after a comma; cached for short scalars."""
-        key, value = item
         kind = type(value)
         if kind is int and _INT64_MIN <= value <= _INT64_MAX:  # type: ignore[operator]
             encoded = f'{self._key_head(key, "intValue")}"{value}"}}}}'
@@ -328,9 +334,14 @@ class SpanCodec:
             encoded = self._text({"key": key, "value": any_value(value)})
         out = (kind, encoded, "," + encoded)
         if kind is bool or kind is int or (kind is str and len(value) <= _CACHED_TEXT_MAX):  # type: ignore[arg-type]
-            if len(self._kvs) >= _CACHE_MAX:
+            self._kv_count += 1
+            if self._kv_count > _CACHE_MAX:
                 self._kvs.clear()
-            self._kvs[item] = out
+                self._kv_count = 1
+            values = self._kvs.get(key)
+            if values is None:
+                values = self._kvs[key] = {}
+            values[value] = out
         return out
 
     def _key_head(self, key: str, field: str) -> str:

@@ -61,12 +61,7 @@ _CHILD = textwrap.dedent("""
 
     def behind_ms(now):
         # How long ago the oldest span the writer has not written ended (its on_end rule).
-        oldest = store._in_flight_oldest_ns
-        if not oldest:
-            try:
-                oldest = store._queue[0].end_time or 0
-            except IndexError:
-                oldest = 0
+        oldest = store.oldest_waiting_ns()
         return (now - oldest) / 1e6 if oldest else 0.0
 
     lags = []
@@ -83,7 +78,7 @@ _CHILD = textwrap.dedent("""
         t.join()
     elapsed = time.monotonic() - t0
     # Taken or queued by the writer: it writes what it holds within its next 50 ms cycle.
-    written = store.exported + store.queued + store._in_flight
+    written = store.exported + store.queued + store.in_flight
     report = telemetry.shutdown()
     all_costs = sorted(c for part in costs for c in part)
     q = statistics.quantiles(all_costs, n=100, method="inclusive")

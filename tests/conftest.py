@@ -64,6 +64,7 @@ _SLOW = (
     "test_engines.py::TestNativeTracingEnv",  # shutdowns facing an endpoint nobody serves
     "analysis/test_sorting.py",  # hypothesis against numpy's lexsort
     "store/test_store.py::TestAttributeRoundTrip",  # hypothesis through the real store
+    "store/test_span_codec.py::TestSameBytesAsTheMappings",  # hypothesis: codec against mappings
     "test_config.py::TestEnvRoundTrip",  # hypothesis over whole configs
     "propagation/test_propagation_decorator.py::test_any_carrier_never_fails_a_decorated_call",
     "test_public_api.py::test_import_rlsight_leaves_the_opentelemetry_sdk_for_setup",  # a subprocess

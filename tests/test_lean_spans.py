@@ -259,7 +259,7 @@ def test_a_batch_of_interleaved_resources_and_scopes_groups_each_span_once() -> 
     """The store encoder groups by resource, then scope, in first-seen order, whatever the mix."""
     from opentelemetry.sdk.resources import Resource
 
-    from rlsight.store._otlp_json import encode_spans
+    from rlsight.store._span_codec import encode_spans
 
     providers = [sdk_trace.TracerProvider(resource=Resource.create({"r": i}), shutdown_on_exit=False)
                  for i in range(2)]

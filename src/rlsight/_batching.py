@@ -10,7 +10,9 @@ unreachable collector turns a 5 s budget into half a minute.
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
+import operator
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -126,7 +128,8 @@ class BatchingSpanProcessor(SpanProcessor):
             self.dropped["queue_full"] += 1
             return
         if self._watch_lag:
-            # How long ago the oldest span not yet exported ended (0 when none is waiting).
+            # How long ago the oldest span not yet exported ended (0 when none is waiting):
+            # oldest_waiting_ns(), inlined (this runs on every ended span).
             oldest = self._in_flight_oldest_ns
             if not oldest:
                 try:
@@ -169,6 +172,25 @@ class BatchingSpanProcessor(SpanProcessor):
     def queued(self) -> int:
         """Spans waiting to be exported."""
         return len(self._queue)
+
+    @property
+    def in_flight(self) -> int:
+        """Spans of the batch being exported now (0 when none is)."""
+        return self._in_flight
+
+    def oldest_waiting_ns(self) -> int:
+        """End time of the oldest span not yet exported, in flight or queued (0: none).
+
+        How far behind the export thread is, as :meth:`on_end` judges it (which inlines this
+        on every span) and as ``benchmarks/bench_load.py`` samples it.
+        """
+        oldest = self._in_flight_oldest_ns
+        if not oldest:
+            try:
+                oldest = self._queue[0].end_time or 0
+            except IndexError:  # the export thread just took the last one
+                oldest = 0
+        return oldest
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -230,18 +252,8 @@ class BatchingSpanProcessor(SpanProcessor):
                 batches -= 1
             if deadline is not None and time.monotonic() >= deadline:
                 return False
-            batch: list[ReadableSpan] = []
             with self._count_lock:
-                size_of, room = self._size_of, self._max_batch_bytes
-                while self._queue and len(batch) < self._max_batch:
-                    if size_of is not None:
-                        size = size_of(self._queue[0])
-                        if batch and size > room:
-                            break  # the next batch starts with it
-                        room -= size
-                        with self._bytes_lock:
-                            self.queued_bytes -= size
-                    batch.append(self._queue.popleft())
+                batch = self._take_batch()
                 self._in_flight = len(batch)
                 self._in_flight_oldest_ns = (batch[0].end_time or 0) if batch else 0
             error: Exception | None = None
@@ -260,6 +272,25 @@ class BatchingSpanProcessor(SpanProcessor):
             if error is not None:
                 self._report(error)
         return True
+
+    def _take_batch(self) -> list[ReadableSpan]:
+        """The next batch off the queue (under the count lock; only its holder pops)."""
+        queue, size_of = self._queue, self._size_of
+        if size_of is None:
+            # One C loop: the queue only grows meanwhile, so it holds these ``n`` spans.
+            n = min(len(queue), self._max_batch)
+            return list(map(operator.call, itertools.repeat(queue.popleft, n)))
+        batch: list[ReadableSpan] = []
+        room = self._max_batch_bytes
+        while queue and len(batch) < self._max_batch:
+            size = size_of(queue[0])
+            if batch and size > room:
+                break  # the next batch starts with it
+            room -= size
+            with self._bytes_lock:
+                self.queued_bytes -= size
+            batch.append(queue.popleft())
+        return batch
 
     def _report(self, error: Exception) -> None:
         """Hand an export error to ``on_error``; whatever that raises stays off this thread."""

@@ -198,8 +198,8 @@ class ProviderBuilder:
 
         from rlsight._batching import BatchingSpanProcessor
         from rlsight.store._exporters import LocalMetricExporter, span_writer
-        from rlsight.store._otlp_json import prepare_span
         from rlsight.store._sink import FileSink
+        from rlsight.store._span_codec import prepare_span
 
         run_dir = self.config.run_path
         span_sink = FileSink(run_dir / "traces" / f"{stem}.jsonl")

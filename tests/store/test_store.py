@@ -36,9 +36,9 @@ from rlsight.errors import StoreError
 from rlsight.spans import span, umbrella_span
 from rlsight.store import read_metrics, read_spans
 from rlsight.store._exporters import LocalMetricExporter
-from rlsight.store._otlp_json import encode_spans
 from rlsight.store._schema import STATUS_ERROR
 from rlsight.store._sink import FileSink
+from rlsight.store._span_codec import encode_spans
 from rlsight.testing import capture_telemetry
 
 

@@ -20,7 +20,8 @@ from opentelemetry.sdk.metrics.export import (
     MetricsData,
 )
 
-from rlsight.store._otlp_json import encode_metrics, encode_spans
+from rlsight.store._otlp_json import encode_metrics
+from rlsight.store._span_codec import encode_spans
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan

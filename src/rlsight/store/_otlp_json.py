@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -25,18 +25,19 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 def _dumps(request: dict[str, Any]) -> bytes:
     """``request`` as one JSON line; orjson where installed (several times faster)."""
-    return _serializer()(request)
+    return serializer()(request) + b"\n"
 
 
 @functools.cache
-def _serializer() -> Callable[[dict[str, Any]], bytes]:
-    """Chosen once: a failed import on every write would cost more than the write."""
+def serializer() -> Callable[[object], bytes]:
+    """The one JSON serialiser of store lines, chosen once (a failed import on every write
+    would cost more than the write). What it writes for a part of a request is what it writes
+    for that part inside the whole request, so encoders may join pieces it made."""
     try:
         import orjson
     except ImportError:  # the core install writes with the standard library
-        return lambda request: (json.dumps(request, separators=(",", ":"), allow_nan=False)
-                                + "\n").encode()
-    return lambda request: orjson.dumps(request, option=orjson.OPT_APPEND_NEWLINE)
+        return lambda obj: json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
+    return orjson.dumps
 
 
 def _double(v: float) -> float | str:
@@ -109,25 +110,17 @@ def key_values(attrs: Mapping[str, object] | None) -> list[dict[str, Any]]:
     return out
 
 
-def _resource(resource: Resource) -> dict[str, Any]:
+def resource_mapping(resource: Resource) -> dict[str, Any]:
     return {"attributes": key_values(resource.attributes)}
 
 
-#: Span classes that map themselves faster than :func:`_span` can from the public API
-#: (rlsight._lean registers its LeanSpan); each must return exactly what ``_span`` would.
-SPAN_ENCODERS: dict[type, Callable[[Any], dict[str, Any]]] = {}
+def sdk_span_mapping(span: ReadableSpan) -> dict[str, Any]:
+    """``span``'s OTLP/JSON mapping, read through its public properties.
 
-
-def _span(span: ReadableSpan) -> dict[str, Any]:
-    encode = SPAN_ENCODERS.get(type(span))
-    if encode is not None:
-        return encode(span)
-    return _sdk_span(span)
-
-
-def _sdk_span(span: ReadableSpan) -> dict[str, Any]:
-    # Runs once per span on the store's thread, which must keep up with every app thread
-    # together: each SDK property is read once (``events`` and ``links`` copy on each read).
+    The store's :class:`~rlsight.store._span_codec.SpanCodec` writes what the serialiser
+    writes for this mapping, from byte pieces; it encodes a span type that overrides one of
+    ``ReadableSpan``'s properties through this.
+    """
     ctx = span.context
     assert ctx is not None
     start = span.start_time or 0
@@ -161,8 +154,8 @@ def add_events_and_links(
 ) -> None:
     """Put a span's events and links into its OTLP/JSON mapping ``out`` (none: no key).
 
-    Shared by the SDK-span encoder here and the lean span's (``rlsight._lean``), whose store
-    lines must stay byte-for-byte the same.
+    Shared by :func:`sdk_span_mapping` and the store's span codec, which writes the rare
+    parts of a span (events, links, status) through the mapping.
     """
     if events:
         out["events"] = [
@@ -178,70 +171,6 @@ def add_events_and_links(
             }
             for link in links
         ]
-
-
-class PreparedSpan:
-    """A span already turned into its OTLP/JSON mapping, with what grouping needs.
-
-    The store writer is one thread against every app thread of the process; when it falls
-    behind, app threads prepare their own spans (:func:`prepare_span`) and the writer is
-    left with the cheap part, serialising and writing.
-    """
-
-    __slots__ = ("end_time", "otlp", "resource", "scope")
-
-    def __init__(self, span: ReadableSpan) -> None:
-        self.end_time = span.end_time
-        self.resource = span.resource
-        scope = span.instrumentation_scope
-        self.scope = (scope.name, scope.version or "") if scope is not None else ("", "")
-        self.otlp = _span(span)
-
-
-def prepare_span(span: ReadableSpan) -> PreparedSpan:
-    """``span`` converted now, on the calling thread (see :class:`PreparedSpan`)."""
-    return PreparedSpan(span)
-
-
-def encode_spans(spans: Iterable[ReadableSpan | PreparedSpan]) -> bytes:
-    """One ``ExportTraceServiceRequest`` as a JSON line (with the trailing newline)."""
-    by_resource: dict[int, tuple[Resource, dict[tuple[str, str], list[dict[str, Any]]]]] = {}
-    # Spans of one batch nearly all share a resource and a scope: the group they go to is
-    # looked up again only when either changes (this loop runs once per span, on the writer).
-    last_resource: object = None
-    last_scope: object = None
-    items: list[dict[str, Any]] = []
-    for span in spans:
-        resource = span.resource
-        scope: Any
-        if type(span) is PreparedSpan:
-            scope, otlp = span.scope, span.otlp
-        else:
-            scope, otlp = span.instrumentation_scope, _span(span)  # type: ignore[union-attr, arg-type]
-        if resource is not last_resource or scope is not last_scope or not items:
-            if type(scope) is tuple:
-                key = scope
-            else:
-                key = (scope.name, scope.version or "") if scope is not None else ("", "")
-            entry = by_resource.get(id(resource))
-            if entry is None:
-                entry = by_resource[id(resource)] = (resource, {})
-            items = entry[1].setdefault(key, [])
-            last_resource, last_scope = resource, scope
-        items.append(otlp)
-    request = {
-        "resourceSpans": [
-            {
-                "resource": _resource(resource),
-                "scopeSpans": [
-                    {"scope": {"name": name, "version": version}, "spans": items}
-                    for (name, version), items in scopes.items()
-                ],
-            }
-            for resource, scopes in by_resource.values()
-        ]
-    }
-    return _dumps(request)
 
 
 def _number_point(p: Any) -> dict[str, Any]:
@@ -321,7 +250,8 @@ def encode_metrics(data: MetricsData) -> bytes | None:
                     {"scope": {"name": scope.name, "version": scope.version or ""}, "metrics": metrics}
                 )
         if scope_metrics:
-            resource_metrics.append({"resource": _resource(rm.resource), "scopeMetrics": scope_metrics})
+            resource_metrics.append(
+                {"resource": resource_mapping(rm.resource), "scopeMetrics": scope_metrics})
     if not points:
         return None
     request = {"resourceMetrics": resource_metrics}

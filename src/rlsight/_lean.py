@@ -42,13 +42,15 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import (
     DEFAULT_TRACE_STATE,
+    Span,
     SpanContext,
     SpanKind,
     TraceFlags,
 )
+from opentelemetry.trace.propagation import _SPAN_KEY
 from opentelemetry.trace.status import Status, StatusCode
 
-from rlsight._current import current_span
+from rlsight._current import _VAR, current_span
 from rlsight._ids import SeedIndependentIdGenerator
 from rlsight._readable import PlainAttributes
 from rlsight.store._otlp_json import SPAN_ENCODERS, add_events_and_links, key_values
@@ -63,10 +65,14 @@ _UNSET: Final = Status(StatusCode.UNSET)
 _PLAIN: Final = frozenset({str, bool, int, float})
 _NO_TRACE_STATE: Final = DEFAULT_TRACE_STATE
 _NO_ITEMS: Final[tuple[Any, ...]] = ()
+_new_tuple: Final = tuple.__new__
+_new_object: Final = object.__new__
+_new_lock: Final = threading.Lock
 #: The SDK's own logger: the warnings a LeanSpan gives are the ones an SDK span gives.
 _sdk_log: Final = logging.getLogger(_sdk.__name__)
 
-#: How a LeanSpan reaches the provider's processors: their ``on_start`` methods; their
+#: How a LeanSpan reaches the provider's processors: their ``on_start`` methods (each called
+#: with the span and the parent context, positionally); their
 #: ``on_end`` methods when all are rlsight's (each takes the span itself); else ``None`` there
 #: and, last, the ``_on_ending`` methods of the others and every ``on_end`` with whether it
 #: wants a ``ReadableSpan`` copy (a processor that is not rlsight's: the SDK gives it one).
@@ -133,25 +139,38 @@ class LeanStarter:
         ``attributes`` (cleaned by rlsight) may become the span's own dict: do not reuse it.
         """
         ids, bits = self._ids, self._span_bits
-        parent: SpanContext | None = current_span().get_span_context()
-        if parent is None or not parent.is_valid:
-            parent = None
-            trace_id = ids.generate_trace_id()
-            random_id = ids.is_trace_id_random()
-            trace_state = None
+        current: Any = _VAR.get().get(_SPAN_KEY) if _VAR is not None else current_span()
+        if type(current) is LeanSpan:
+            # One of ours: valid and sampled by construction, its flags one of the two below
+            # (what a child of it gets too), read without the SDK's properties.
+            parent: Any = current._context
+            trace_id, _, _, flags, trace_state, _ = parent
         else:
-            flags = parent.trace_flags
-            if not flags.sampled:
-                return None  # dropped by the sampler: the tracer returns its non-recording span
-            trace_id = parent.trace_id
-            random_id = flags.random_trace_id
-            trace_state = parent.trace_state
+            parent = (current.get_span_context()
+                      if current is not None and isinstance(current, Span) else None)
+            if parent is None or not parent.is_valid:
+                parent = None
+                if bits is not None:  # the generator's own draw, without its method calls
+                    trace_id = bits(128) or ids.generate_trace_id()
+                    random_id = True  # its is_trace_id_random()
+                else:
+                    trace_id = ids.generate_trace_id()
+                    random_id = ids.is_trace_id_random()
+                trace_state = _NO_TRACE_STATE
+            else:
+                parent_flags = parent.trace_flags
+                if not parent_flags.sampled:
+                    return None  # dropped by the sampler: the tracer returns its non-recording span
+                trace_id = parent.trace_id
+                random_id = parent_flags.random_trace_id
+                trace_state = parent.trace_state
+                if trace_state is None:
+                    trace_state = _NO_TRACE_STATE
+            flags = _SAMPLED_RANDOM if random_id else _SAMPLED
         # SpanContext(...) without its checks: both ids are valid (a valid parent's, or the
         # generator's, which never returns 0) and an absent trace state is the default one.
         span_id = (bits(64) if bits is not None else 0) or ids.generate_span_id()
-        context = tuple.__new__(SpanContext, (
-            trace_id, span_id, False, _SAMPLED_RANDOM if random_id else _SAMPLED,
-            _NO_TRACE_STATE if trace_state is None else trace_state, True))
+        context = _new_tuple(SpanContext, (trace_id, span_id, False, flags, trace_state, True))
         limits = self._limits
         maxlen, max_text = limits.max_span_attributes, limits.max_span_attribute_length
         plain = maxlen is None or len(attributes) <= maxlen
@@ -166,8 +185,8 @@ class LeanStarter:
         if processors is not self._seen:  # a tuple the SDK replaces when one is added
             self._route = _route(processors if isinstance(processors, tuple) else (self._processor,))
             self._seen = processors
-        span = object.__new__(LeanSpan)
-        span._route = self._route
+        span = _new_object(LeanSpan)
+        span._route = route = self._route
         if plain:  # already what the SDK's cleaning would keep; the caller hands the dict over
             span._attributes = (attributes if type(attributes) is PlainAttributes
                                 else PlainAttributes(attributes))
@@ -180,7 +199,7 @@ class LeanStarter:
         span._name = name
         span._context = context
         span._parent = parent
-        span._lock = threading.Lock()
+        span._lock = _new_lock()
         span._instrumentation_info = self._info
         span._instrumentation_scope = self._scope
         span._resource = self._resource
@@ -189,8 +208,8 @@ class LeanStarter:
         span._limits = limits
         # LeanSpan.start's work, without its lock: nothing else can see the span yet.
         span._start_time = start_time if start_time is not None else _sdk.time_ns()  # type: ignore[attr-defined]
-        for on_start in span._route[0]:
-            on_start(span, parent_context=None)
+        for on_start in route[0]:
+            on_start(span, None)  # positionally: the SDK's SpanProcessor.on_start(span, parent_context)
         return span
 
 
@@ -254,7 +273,7 @@ class LeanSpan(_Span):
                 return
             self._start_time = start_time if start_time is not None else _sdk.time_ns()  # type: ignore[attr-defined]
         for on_start in self._route[0]:
-            on_start(self, parent_context=parent_context)
+            on_start(self, parent_context)
 
     def end(self, end_time: int | None = None) -> None:
         with self._lock:
@@ -300,7 +319,9 @@ def _route(processors: Sequence[SpanProcessor]) -> Route:
     for proc in processors:
         kind = type(proc)
         own = bool(getattr(kind, "reads_span_in_place", False))
-        if not own or kind.on_start is not SpanProcessor.on_start:  # skip a no-op of rlsight's
+        if not own:
+            starts.append(_by_keyword(proc.on_start))
+        elif kind.on_start is not SpanProcessor.on_start:  # skip a no-op of rlsight's
             starts.append(proc.on_start)
         if not own:
             endings.append(proc._on_ending)
@@ -310,6 +331,15 @@ def _route(processors: Sequence[SpanProcessor]) -> Route:
     if not endings:
         return tuple(starts), tuple(on_end for on_end, _ in ends), None
     return tuple(starts), (), (tuple(endings), tuple(ends))
+
+
+def _by_keyword(on_start: Callable[..., object]) -> Callable[[Any, Any], object]:
+    """``on_start`` called as the SDK calls it (rlsight's own are called positionally)."""
+
+    def call(span: Any, parent_context: Any) -> object:
+        return on_start(span, parent_context=parent_context)
+
+    return call
 
 
 def _otlp(span: LeanSpan) -> dict[str, Any]:

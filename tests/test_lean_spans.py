@@ -279,13 +279,21 @@ def test_a_batch_of_interleaved_resources_and_scopes_groups_each_span_once() -> 
                    ("1", "a", ["s3", "s5"]), ("1", "b", ["s4", "s8"])]
 
 
-def test_code_reading_the_sdk_attribute_storage_reads_a_lean_span_the_same_way() -> None:
-    """The step roll-up reads ``_attributes._dict`` in one C-level call per span; so may others."""
+def test_the_step_rollup_reads_lean_and_sdk_span_attributes_alike() -> None:
+    """The step roll-up reads ``_attributes`` in one C-level call per span: a LeanSpan's plain
+    dict (exactly ``dict``, before and after an attribute is set) or an SDK span's storage."""
     from rlsight._step_rollup import live_spans
 
     provider = sdk_trace.TracerProvider(shutdown_on_exit=False)
-    s = LeanStarter(provider.get_tracer("t")).start("x", {"a": 1}, None)
-    assert s is not None
-    s.end()
-    assert s._attributes._dict == {"a": 1}  # type: ignore[union-attr]
-    assert list(live_spans([s], 0, {}).attributes) == [{"a": 1}]
+    tracer = provider.get_tracer("t")
+    lean = LeanStarter(tracer).start("x", {"a": 1}, None)
+    assert lean is not None and type(lean._attributes) is dict
+    touched = LeanStarter(tracer).start("y", {"a": 1}, None)
+    assert touched is not None
+    touched.set_attribute("b", 2)  # now the SDK's BoundedAttributes, as an SDK span's
+    sdk = tracer.start_span("z", attributes={"a": 1})
+    for s in (lean, touched, sdk):
+        s.end()
+    got = live_spans([lean, touched, sdk], 0, {}).attributes
+    assert [{k: a.get(k) for k in ("a", "b")} for a in got] == [
+        {"a": 1, "b": None}, {"a": 1, "b": 2}, {"a": 1, "b": None}]

@@ -30,6 +30,7 @@ cleaning. Foreign spans (instrumentation, the user's tracer) never come here.
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
@@ -52,7 +53,6 @@ from opentelemetry.trace.status import Status, StatusCode
 
 from rlsight._current import _VAR, current_span
 from rlsight._ids import SeedIndependentIdGenerator
-from rlsight._readable import PlainAttributes
 from rlsight.store._otlp_json import SPAN_ENCODERS, add_events_and_links, key_values
 
 __all__ = ["LeanSpan", "LeanStarter"]
@@ -185,27 +185,24 @@ class LeanStarter:
         if processors is not self._seen:  # a tuple the SDK replaces when one is added
             self._route = _route(processors if isinstance(processors, tuple) else (self._processor,))
             self._seen = processors
+        route = self._route
         span = _new_object(LeanSpan)
-        span._route = route = self._route
+        span._starter = self
         if plain:  # already what the SDK's cleaning would keep; the caller hands the dict over
-            span._attributes = (attributes if type(attributes) is PlainAttributes
-                                else PlainAttributes(attributes))
+            span._attributes = attributes if type(attributes) is dict else dict(attributes)
         else:
             attrs = BoundedAttributes(maxlen, None, immutable=False, max_value_len=max_text)
             attrs._set_items(attributes)
             span._attributes = attrs
         # ReadableSpan's fields, then Span's: what _Span.__init__ sets for these arguments
-        # (a LeanSpan has the ones every span shares on its class: see _SHARED).
+        # (a LeanSpan has the ones every span shares on its class, see _SHARED, and reads the
+        # ones every span of this starter shares from it, see _FROM_STARTER).
         span._name = name
         span._context = context
         span._parent = parent
         span._lock = _new_lock()
-        span._instrumentation_info = self._info
         span._instrumentation_scope = self._scope
         span._resource = self._resource
-        span._sampler = self._sampler
-        span._span_processor = self._processor
-        span._limits = limits
         # LeanSpan.start's work, without its lock: nothing else can see the span yet.
         span._start_time = start_time if start_time is not None else _sdk.time_ns()  # type: ignore[attr-defined]
         for on_start in route[0]:
@@ -220,18 +217,19 @@ class LeanSpan(_Span):
     constructor would). Differences from ``_Span``, none visible through the span API or in
     what processors and exporters read: ``_attributes`` is a plain dict until an attribute is
     set (then the SDK's ``BoundedAttributes``, which cleans the new value as usual);
-    ``_events``/``_links`` are an empty tuple until the first one is added; :meth:`start` and
-    :meth:`end` call ``_route`` (rlsight's processors) with the span itself.
+    ``_events``/``_links`` are an empty tuple until the first one is added; the fields every
+    span of its starter shares are read from ``_starter``; :meth:`start` and :meth:`end` call
+    the starter's route (rlsight's processors) with the span itself.
     """
 
     _events: Any
     _links: Any
-    _route: Route
+    _starter: LeanStarter
 
     def _bounded(self) -> None:
         """Turn the attributes into the SDK's ``BoundedAttributes`` before the first set."""
         attrs = self._attributes
-        if type(attrs) is PlainAttributes and self._end_time is None:  # an ended span keeps it
+        if type(attrs) is dict and self._end_time is None:  # an ended span keeps it
             limits = self._limits
             bounded = BoundedAttributes(limits.max_span_attributes, None, immutable=False,
                                         max_value_len=limits.max_span_attribute_length)
@@ -272,11 +270,13 @@ class LeanSpan(_Span):
                 _sdk_log.warning("Calling start() on a started span.")
                 return
             self._start_time = start_time if start_time is not None else _sdk.time_ns()  # type: ignore[attr-defined]
-        for on_start in self._route[0]:
+        for on_start in self._starter._route[0]:
             on_start(self, parent_context)
 
     def end(self, end_time: int | None = None) -> None:
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # not ``with``: its protocol costs twice the lock on every span's end
+        try:
             if self._start_time is None:
                 raise RuntimeError("Calling end() on a not started span.")
             if self._end_time is not None:
@@ -284,9 +284,11 @@ class LeanSpan(_Span):
                 return
             self._end_time = end_time if end_time is not None else _sdk.time_ns()  # type: ignore[attr-defined]
             attrs: Any = self._attributes
-            if type(attrs) is not PlainAttributes:
+            if type(attrs) is not dict:
                 attrs._immutable = True
-        _, ends, mixed = self._route
+        finally:
+            lock.release()
+        _, ends, mixed = self._starter._route
         if mixed is None:
             # The span itself, not a ReadableSpan copy: nothing can change it once ended.
             for on_end in ends:
@@ -309,6 +311,14 @@ _SHARED: Final[dict[str, Any]] = {
 }
 for _field, _value in {**_SHARED, "_events": _NO_ITEMS, "_links": _NO_ITEMS}.items():
     setattr(LeanSpan, _field, _value)
+
+#: The fields every span of one starter has the same value for, read from the starter (each
+#: is read rarely: by the SDK's span methods and the ``ReadableSpan`` copy for others'
+#: processors; the encoders' ``_resource`` and ``_instrumentation_scope`` stay on the span).
+_FROM_STARTER: Final = {"_instrumentation_info": "_info", "_sampler": "_sampler",
+                        "_span_processor": "_processor", "_limits": "_limits"}
+for _field, _name in _FROM_STARTER.items():
+    setattr(LeanSpan, _field, property(operator.attrgetter("_starter." + _name)))
 
 
 def _route(processors: Sequence[SpanProcessor]) -> Route:
@@ -372,7 +382,7 @@ def _otlp(span: LeanSpan) -> dict[str, Any]:
         code = status.status_code.value
         if code:
             out["status"] = {"code": code, "message": status.description or ""}
-    if type(attrs) is not PlainAttributes and attrs.dropped:
+    if type(attrs) is not dict and attrs.dropped:
         out["droppedAttributesCount"] = attrs.dropped
     return out
 

@@ -21,7 +21,6 @@ from opentelemetry.trace import Span, Status, StatusCode
 from rlsight import _current
 from rlsight import runtime as _runtime
 from rlsight._current import attach_span, detach, thread_id
-from rlsight._readable import PlainAttributes
 from rlsight._redact import REDACTED, is_content, is_content_key, scrub
 from rlsight._semconv import BUCKET, EFFICIENCY_CATEGORY, SPAN_GROUP, THREAD_ID
 from rlsight.buckets import BUCKET_OVERRIDE, PER_PROMPT, Bucket
@@ -60,8 +59,8 @@ class NoopSpan:
 NOOP: Final = NoopSpan()
 
 
-def clean_attributes(attributes: Mapping[str, Any], stacklevel: int = 4) -> PlainAttributes:
-    out = PlainAttributes()
+def clean_attributes(attributes: Mapping[str, Any], stacklevel: int = 4) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for key, value in attributes.items():
         if value is None:
             continue
@@ -201,11 +200,11 @@ class LiveSpan(AsyncFromSync):
                 # environment service) shows its utilisation when per_prompt is on.
                 group = _PER_PROMPT
             if not self._attrs:
-                attrs = PlainAttributes()
+                attrs: dict[str, Any] = {}
             elif self._clean:
                 attrs = clean_attributes(self._attrs)
             else:  # cleaned once when a decorator was applied
-                attrs = PlainAttributes(self._attrs)
+                attrs = dict(self._attrs)
             attrs[SPAN_GROUP] = group
             attrs[THREAD_ID] = _current._IDS.native or thread_id()
             if bucket is not None:

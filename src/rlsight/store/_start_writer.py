@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry.sdk.trace import SpanProcessor
 
-from rlsight._readable import PlainAttributes, span_attributes
+from rlsight._readable import span_attributes
 from rlsight._semconv import LIVE, SPAN_GROUP, STEP, THREAD_ID
 from rlsight.groups import GATE
 from rlsight.store._live import LIVE_GROUPS, NEVER_LIVE
@@ -76,7 +76,7 @@ class StartRecordProcessor(SpanProcessor):
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         attrs: Any = span._attributes  # rlsight's processors see SDK spans only
-        if type(attrs) is not PlainAttributes:  # a LeanSpan's plain dict, else the SDK's
+        if type(attrs) is not dict:  # a LeanSpan's plain dict, else the SDK's
             attrs = span_attributes(span)
         if _is_live(attrs) and not self._closed:
             self._open[span._context[1]] = span  # type: ignore[index]

@@ -297,3 +297,23 @@ def test_the_step_rollup_reads_lean_and_sdk_span_attributes_alike() -> None:
     got = live_spans([lean, touched, sdk], 0, {}).attributes
     assert [{k: a.get(k) for k in ("a", "b")} for a in got] == [
         {"a": 1, "b": None}, {"a": 1, "b": 2}, {"a": 1, "b": None}]
+
+
+def test_a_tracer_with_a_single_processor_reaches_it() -> None:
+    """A tracer whose span processor is one processor, not the SDK's multi-processor: the
+    lean span's route is that processor (the first start computes it)."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+    from opentelemetry.sdk.trace.sampling import DEFAULT_ON
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+    recorder = _Recorder()
+    scope = InstrumentationScope("t")
+    tracer = sdk_trace.Tracer(DEFAULT_ON, Resource.create({}), recorder,  # type: ignore[arg-type]
+                              RandomIdGenerator(), scope, sdk_trace.SpanLimits(), scope)  # type: ignore[arg-type]
+    starter = LeanStarter(tracer)
+    assert starter.usable
+    s = starter.start("x", {"a": 1}, None)
+    assert s is not None
+    s.end()
+    assert recorder.started == recorder.ending == ["x"] and [e.name for e in recorder.ended] == ["x"]

@@ -65,6 +65,7 @@ _UNSET: Final = Status(StatusCode.UNSET)
 _PLAIN: Final = frozenset({str, bool, int, float})
 _NO_TRACE_STATE: Final = DEFAULT_TRACE_STATE
 _NO_ITEMS: Final[tuple[Any, ...]] = ()
+_NOT_SEEN: Final = object()
 _new_tuple: Final = tuple.__new__
 _new_object: Final = object.__new__
 _new_lock: Final = threading.Lock
@@ -130,7 +131,7 @@ class LeanStarter:
         self._scope = tracer._instrumentation_scope
         self._info = tracer.instrumentation_info
         self._sampler = tracer.sampler
-        self._seen: object = None
+        self._seen: object = _NOT_SEEN  # so the first start computes the route
         self._route: Route = ((), (), None)
 
     def start(self, name: str, attributes: Mapping[str, Any], start_time: int | None) -> LeanSpan | None:
@@ -181,7 +182,10 @@ class LeanStarter:
                                           and len(value) > max_text):
                     plain = False  # the SDK converts or truncates it (and warns): its way
                     break
-        processors = getattr(self._processor, "_span_processors", None)
+        try:
+            processors = self._processor._span_processors
+        except AttributeError:  # not the SDK's multi-processor: the one processor
+            processors = None
         if processors is not self._seen:  # a tuple the SDK replaces when one is added
             self._route = _route(processors if isinstance(processors, tuple) else (self._processor,))
             self._seen = processors

@@ -43,9 +43,11 @@ def attach_span(span: Span) -> Token[Context]:
     var = _VAR
     if var is None:
         return _context.attach(_trace.set_span_in_context(span))
-    current = Context(var.get())  # one copy; Context refuses item assignment, dict's does not
-    dict.__setitem__(current, _SPAN_KEY, span)
-    return var.set(current)
+    current = var.get()
+    if not current or (len(current) == 1 and _SPAN_KEY in current):
+        # Nothing but a span in it (nearly always): the new context is the span alone.
+        return var.set(Context({_SPAN_KEY: span}))
+    return var.set(Context({**current, _SPAN_KEY: span}))  # same keys, same order, as the API's
 
 
 def detach(token: Token[Context]) -> None:

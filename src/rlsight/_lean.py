@@ -178,9 +178,12 @@ class LeanStarter:
         if plain:
             for value in attributes.values():  # a loop: all() over a generator costs 2x
                 kind = type(value)
-                if kind not in _PLAIN or (kind is str and max_text is not None
-                                          and len(value) > max_text):
-                    plain = False  # the SDK converts or truncates it (and warns): its way
+                if kind is str:  # most values: only its length can matter
+                    if max_text is not None and len(value) > max_text:
+                        plain = False  # the SDK truncates it (and warns): its way
+                        break
+                elif kind not in _PLAIN:
+                    plain = False  # the SDK converts it (or drops it, and warns): its way
                     break
         try:
             processors = self._processor._span_processors

@@ -317,3 +317,48 @@ def test_a_tracer_with_a_single_processor_reaches_it() -> None:
     assert s is not None
     s.end()
     assert recorder.started == recorder.ending == ["x"] and [e.name for e in recorder.ended] == ["x"]
+
+
+def test_a_lean_span_ended_from_many_threads_at_once_ends_once_and_keeps_its_attributes() -> None:
+    """A LeanSpan makes its lock on first use; ends racing each other, and with attribute
+    sets on other threads, still give one end (processors see the span once) and either the
+    attribute (set before the end) or the SDK's warning, never an exception."""
+    import threading
+
+    class Ends(SpanProcessor):
+        def __init__(self) -> None:
+            self.ended: list[str] = []
+
+        def on_end(self, span: ReadableSpan) -> None:
+            self.ended.append(span.name)
+
+    recorder = Ends()
+    provider = sdk_trace.TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(recorder)
+    starter = LeanStarter(provider.get_tracer("t"))
+    errors: list[BaseException] = []
+    for round_ in range(50):
+        s = starter.start(f"s{round_}", {"a": 1}, None)
+        assert s is not None and s._own_lock is None  # no lock until something needs one
+        barrier = threading.Barrier(6)
+
+        def end(span: LeanSpan = s, barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            span.end()
+
+        def touch(span: LeanSpan = s, barrier: threading.Barrier = barrier, n: int = 0) -> None:
+            barrier.wait()
+            try:
+                span.set_attribute(f"k{n}", n)
+                span.add_event("e")
+            except BaseException as exc:  # the test reports any
+                errors.append(exc)
+
+        threads = [threading.Thread(target=end) for _ in range(3)]
+        threads += [threading.Thread(target=touch, kwargs={"n": i}) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == []
+    assert recorder.ended == [f"s{i}" for i in range(50)]

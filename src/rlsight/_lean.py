@@ -68,7 +68,9 @@ _NO_ITEMS: Final[tuple[Any, ...]] = ()
 _NOT_SEEN: Final = object()
 _new_tuple: Final = tuple.__new__
 _new_object: Final = object.__new__
-_new_lock: Final = threading.Lock
+#: Guards the making of a LeanSpan's own lock, and the end of a span that has none. Held
+#: for a few bytecodes, never around a call out of this module (no logging, no processor).
+_LOCKS: Final = threading.Lock()
 #: The SDK's own logger: the warnings a LeanSpan gives are the ones an SDK span gives.
 _sdk_log: Final = logging.getLogger(_sdk.__name__)
 
@@ -207,7 +209,6 @@ class LeanStarter:
         span._name = name
         span._context = context
         span._parent = parent
-        span._lock = _new_lock()
         span._instrumentation_scope = self._scope
         span._resource = self._resource
         # LeanSpan.start's work, without its lock: nothing else can see the span yet.
@@ -224,7 +225,8 @@ class LeanSpan(_Span):
     constructor would). Differences from ``_Span``, none visible through the span API or in
     what processors and exporters read: ``_attributes`` is a plain dict until an attribute is
     set (then the SDK's ``BoundedAttributes``, which cleans the new value as usual);
-    ``_events``/``_links`` are an empty tuple until the first one is added; the fields every
+    ``_events``/``_links`` are an empty tuple until the first one is added; its ``_lock`` is
+    made on first use (an end without one is guarded by a module lock); the fields every
     span of its starter shares are read from ``_starter``; :meth:`start` and :meth:`end` call
     the starter's route (rlsight's processors) with the span itself.
     """
@@ -232,6 +234,7 @@ class LeanSpan(_Span):
     _events: Any
     _links: Any
     _starter: LeanStarter
+    _own_lock: threading.Lock | None
 
     def _bounded(self) -> None:
         """Turn the attributes into the SDK's ``BoundedAttributes`` before the first set."""
@@ -281,20 +284,31 @@ class LeanSpan(_Span):
             on_start(self, parent_context)
 
     def end(self, end_time: int | None = None) -> None:
-        lock = self._lock
-        lock.acquire()  # not ``with``: its protocol costs twice the lock on every span's end
+        # Under the span's own lock if anything made one (it may be setting an attribute
+        # right now), else under _LOCKS, which the making of one needs: either way nothing
+        # else touches the span's fields meanwhile. Not ``with``: its protocol costs twice
+        # the lock, on every span's end.
+        lock = _LOCKS
+        lock.acquire()
+        own = self._own_lock
+        if own is not None:
+            lock.release()
+            lock = own
+            lock.acquire()
         try:
             if self._start_time is None:
                 raise RuntimeError("Calling end() on a not started span.")
-            if self._end_time is not None:
-                _sdk_log.warning("Calling end() on an ended span.")
-                return
-            self._end_time = end_time if end_time is not None else _sdk.time_ns()  # type: ignore[attr-defined]
-            attrs: Any = self._attributes
-            if type(attrs) is not dict:
-                attrs._immutable = True
+            ended = self._end_time is not None
+            if not ended:
+                self._end_time = end_time if end_time is not None else _sdk.time_ns()  # type: ignore[attr-defined]
+                attrs: Any = self._attributes
+                if type(attrs) is not dict:
+                    attrs._immutable = True
         finally:
             lock.release()
+        if ended:
+            _sdk_log.warning("Calling end() on an ended span.")
+            return
         _, ends, mixed = self._starter._route
         if mixed is None:
             # The span itself, not a ReadableSpan copy: nothing can change it once ended.
@@ -314,7 +328,7 @@ class LeanSpan(_Span):
 _SHARED: Final[dict[str, Any]] = {
     "_kind": _INTERNAL, "_start_time": None, "_end_time": None, "_status": _UNSET,
     "_trace_config": None, "_record_exception": True, "_set_status_on_exception": True,
-    "_record_end_metrics": None,
+    "_record_end_metrics": None, "_own_lock": None,
 }
 for _field, _value in {**_SHARED, "_events": _NO_ITEMS, "_links": _NO_ITEMS}.items():
     setattr(LeanSpan, _field, _value)
@@ -326,6 +340,22 @@ _FROM_STARTER: Final = {"_instrumentation_info": "_info", "_sampler": "_sampler"
                         "_span_processor": "_processor", "_limits": "_limits"}
 for _field, _name in _FROM_STARTER.items():
     setattr(LeanSpan, _field, property(operator.attrgetter("_starter." + _name)))
+
+
+def _span_lock(span: LeanSpan) -> threading.Lock:
+    """``span._lock``: made on first use (setting an attribute or an event, a status...),
+    not for every span: most are only started and ended, and a lock each is one more object
+    for the garbage collector to track while the store and the roll-up hold the span."""
+    lock = span._own_lock
+    if lock is None:
+        with _LOCKS:
+            lock = span._own_lock
+            if lock is None:
+                lock = span._own_lock = threading.Lock()
+    return lock
+
+
+LeanSpan._lock = property(_span_lock)  # type: ignore[assignment]
 
 
 def _route(processors: Sequence[SpanProcessor]) -> Route:

@@ -269,8 +269,8 @@ class LiveSpan(AsyncFromSync):
         if span is None:
             return None
         try:
-            if exc is None and self._category is None:
-                # finish(None), inlined: the span of nearly every block ends here.
+            if exc is None and self._category is None and type(self) is LiveSpan:
+                # finish(None), inlined (a subclass may add to finish): most blocks end here.
                 rt = _runtime._ACTIVE
                 span.end(None if rt is None or rt.clock is None else rt.clock())
             else:

@@ -279,13 +279,86 @@ def test_a_batch_of_interleaved_resources_and_scopes_groups_each_span_once() -> 
                    ("1", "a", ["s3", "s5"]), ("1", "b", ["s4", "s8"])]
 
 
-def test_code_reading_the_sdk_attribute_storage_reads_a_lean_span_the_same_way() -> None:
-    """The step roll-up reads ``_attributes._dict`` in one C-level call per span; so may others."""
+def test_the_step_rollup_reads_lean_and_sdk_span_attributes_alike() -> None:
+    """The step roll-up reads ``_attributes`` in one C-level call per span: a LeanSpan's plain
+    dict (exactly ``dict``, before and after an attribute is set) or an SDK span's storage."""
     from rlsight._step_rollup import live_spans
 
     provider = sdk_trace.TracerProvider(shutdown_on_exit=False)
-    s = LeanStarter(provider.get_tracer("t")).start("x", {"a": 1}, None)
+    tracer = provider.get_tracer("t")
+    lean = LeanStarter(tracer).start("x", {"a": 1}, None)
+    assert lean is not None and type(lean._attributes) is dict
+    touched = LeanStarter(tracer).start("y", {"a": 1}, None)
+    assert touched is not None
+    touched.set_attribute("b", 2)  # now the SDK's BoundedAttributes, as an SDK span's
+    sdk = tracer.start_span("z", attributes={"a": 1})
+    for s in (lean, touched, sdk):
+        s.end()
+    got = live_spans([lean, touched, sdk], 0, {}).attributes
+    assert [{k: a.get(k) for k in ("a", "b")} for a in got] == [
+        {"a": 1, "b": None}, {"a": 1, "b": 2}, {"a": 1, "b": None}]
+
+
+def test_a_tracer_with_a_single_processor_reaches_it() -> None:
+    """A tracer whose span processor is one processor, not the SDK's multi-processor: the
+    lean span's route is that processor (the first start computes it)."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+    from opentelemetry.sdk.trace.sampling import DEFAULT_ON
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+    recorder = _Recorder()
+    scope = InstrumentationScope("t")
+    tracer = sdk_trace.Tracer(DEFAULT_ON, Resource.create({}), recorder,  # type: ignore[arg-type]
+                              RandomIdGenerator(), scope, sdk_trace.SpanLimits(), scope)  # type: ignore[arg-type]
+    starter = LeanStarter(tracer)
+    assert starter.usable
+    s = starter.start("x", {"a": 1}, None)
     assert s is not None
     s.end()
-    assert s._attributes._dict == {"a": 1}  # type: ignore[union-attr]
-    assert list(live_spans([s], 0, {}).attributes) == [{"a": 1}]
+    assert recorder.started == recorder.ending == ["x"] and [e.name for e in recorder.ended] == ["x"]
+
+
+def test_a_lean_span_ended_from_many_threads_at_once_ends_once_and_keeps_its_attributes() -> None:
+    """A LeanSpan makes its lock on first use; ends racing each other, and with attribute
+    sets on other threads, still give one end (processors see the span once) and either the
+    attribute (set before the end) or the SDK's warning, never an exception."""
+    import threading
+
+    class Ends(SpanProcessor):
+        def __init__(self) -> None:
+            self.ended: list[str] = []
+
+        def on_end(self, span: ReadableSpan) -> None:
+            self.ended.append(span.name)
+
+    recorder = Ends()
+    provider = sdk_trace.TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(recorder)
+    starter = LeanStarter(provider.get_tracer("t"))
+    errors: list[BaseException] = []
+    for round_ in range(50):
+        s = starter.start(f"s{round_}", {"a": 1}, None)
+        assert s is not None and s._own_lock is None  # no lock until something needs one
+        barrier = threading.Barrier(6)
+
+        def end(span: LeanSpan = s, barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            span.end()
+
+        def touch(span: LeanSpan = s, barrier: threading.Barrier = barrier, n: int = 0) -> None:
+            barrier.wait()
+            try:
+                span.set_attribute(f"k{n}", n)
+                span.add_event("e")
+            except BaseException as exc:  # the test reports any
+                errors.append(exc)
+
+        threads = [threading.Thread(target=end) for _ in range(3)]
+        threads += [threading.Thread(target=touch, kwargs={"n": i}) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == []
+    assert recorder.ended == [f"s{i}" for i in range(50)]

@@ -97,6 +97,10 @@ class BatchingSpanProcessor(SpanProcessor):
         self._drops_seen = 0
         #: End time of the oldest span of the batch being exported (0 when none is).
         self._in_flight_oldest_ns = 0
+        #: The queue's first item when ``on_end`` last looked, and its end time: the head
+        #: changes once per batch taken, so most spans read its end time from here.
+        self._head: object = None
+        self._head_end_ns = 0
         self._queue: collections.deque[ReadableSpan] = collections.deque()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -131,12 +135,23 @@ class BatchingSpanProcessor(SpanProcessor):
             # How long ago the oldest span not yet exported ended (0 when none is waiting):
             # oldest_waiting_ns(), inlined (this runs on every ended span).
             oldest = self._in_flight_oldest_ns
-            if not oldest:
+            if not oldest and queue:
                 try:
-                    oldest = queue[0].end_time or 0
+                    head = queue[0]
                 except IndexError:  # the export thread just took the last one
-                    oldest = 0
-            behind = (span.end_time or 0) - oldest if oldest else 0
+                    head = None
+                if head is self._head:  # the same head as for the last span: its end is known
+                    oldest = self._head_end_ns
+                elif head is not None:
+                    oldest = self._head_end_ns = head.end_time or 0
+                    self._head = head
+            behind = 0
+            if oldest:
+                try:  # the SDK's field behind ``end_time``, read without the property's call
+                    end = span._end_time
+                except AttributeError:
+                    end = span.end_time
+                behind = (end or 0) - oldest
             if self._max_lag_ns is not None and behind > self._max_lag_ns:
                 self.dropped["lag"] += 1
                 return

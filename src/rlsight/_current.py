@@ -11,6 +11,8 @@ keeps the API's path.
 
 from __future__ import annotations
 
+import os
+import threading
 from contextvars import ContextVar, Token
 from typing import Final
 
@@ -21,7 +23,7 @@ from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.trace import Span
 from opentelemetry.trace.propagation import _SPAN_KEY
 
-__all__ = ["attach_span", "current_span", "detach"]
+__all__ = ["attach_span", "current_span", "detach", "thread_id"]
 
 
 def _context_var() -> ContextVar[Context] | None:
@@ -41,9 +43,11 @@ def attach_span(span: Span) -> Token[Context]:
     var = _VAR
     if var is None:
         return _context.attach(_trace.set_span_in_context(span))
-    current = Context(var.get())  # one copy; Context refuses item assignment, dict's does not
-    dict.__setitem__(current, _SPAN_KEY, span)
-    return var.set(current)
+    current = var.get()
+    if not current or (len(current) == 1 and _SPAN_KEY in current):
+        # Nothing but a span in it (nearly always): the new context is the span alone.
+        return var.set(Context({_SPAN_KEY: span}))
+    return var.set(Context({**current, _SPAN_KEY: span}))  # same keys, same order, as the API's
 
 
 def detach(token: Token[Context]) -> None:
@@ -71,3 +75,31 @@ def current_span() -> Span:
     if span is None:
         return _INVALID
     return span if isinstance(span, Span) else _INVALID
+
+
+class _ThreadIds(threading.local):
+    """This thread's native id, read once: ``threading.get_native_id()`` is a system call
+    (``gettid``), about 0.1 µs on every enabled span; a thread-local read is a third of that."""
+
+    native = 0
+
+
+#: Replaced in a forked child, whose thread ids differ from the parent's (see below).
+_IDS = _ThreadIds()
+
+
+def thread_id() -> int:
+    """``threading.get_native_id()`` of the calling thread (what ``thread.id`` records)."""
+    ids = _IDS
+    native = ids.native
+    if not native:
+        native = ids.native = threading.get_native_id()
+    return native
+
+
+def _after_fork() -> None:
+    global _IDS
+    _IDS = _ThreadIds()  # the child's main thread keeps its locals, not the parent's tid
+
+
+os.register_at_fork(after_in_child=_after_fork)

@@ -30,6 +30,7 @@ cleaning. Foreign spans (instrumentation, the user's tracer) never come here.
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
@@ -42,15 +43,16 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import (
     DEFAULT_TRACE_STATE,
+    Span,
     SpanContext,
     SpanKind,
     TraceFlags,
 )
+from opentelemetry.trace.propagation import _SPAN_KEY
 from opentelemetry.trace.status import Status, StatusCode
 
-from rlsight._current import current_span
+from rlsight._current import _VAR, current_span
 from rlsight._ids import SeedIndependentIdGenerator
-from rlsight._readable import PlainAttributes
 
 __all__ = ["LeanSpan", "LeanStarter"]
 
@@ -62,10 +64,17 @@ _UNSET: Final = Status(StatusCode.UNSET)
 _PLAIN: Final = frozenset({str, bool, int, float})
 _NO_TRACE_STATE: Final = DEFAULT_TRACE_STATE
 _NO_ITEMS: Final[tuple[Any, ...]] = ()
+_NOT_SEEN: Final = object()
+_new_tuple: Final = tuple.__new__
+_new_object: Final = object.__new__
+#: Guards the making of a LeanSpan's own lock, and the end of a span that has none. Held
+#: for a few bytecodes, never around a call out of this module (no logging, no processor).
+_LOCKS: Final = threading.Lock()
 #: The SDK's own logger: the warnings a LeanSpan gives are the ones an SDK span gives.
 _sdk_log: Final = logging.getLogger(_sdk.__name__)
 
-#: How a LeanSpan reaches the provider's processors: their ``on_start`` methods; their
+#: How a LeanSpan reaches the provider's processors: their ``on_start`` methods (each called
+#: with the span and the parent context, positionally); their
 #: ``on_end`` methods when all are rlsight's (each takes the span itself); else ``None`` there
 #: and, last, the ``_on_ending`` methods of the others and every ``on_end`` with whether it
 #: wants a ``ReadableSpan`` copy (a processor that is not rlsight's: the SDK gives it one).
@@ -123,7 +132,7 @@ class LeanStarter:
         self._scope = tracer._instrumentation_scope
         self._info = tracer.instrumentation_info
         self._sampler = tracer.sampler
-        self._seen: object = None
+        self._seen: object = _NOT_SEEN  # so the first start computes the route
         self._route: Route = ((), (), None)
 
     def start(self, name: str, attributes: Mapping[str, Any], start_time: int | None) -> LeanSpan | None:
@@ -132,64 +141,79 @@ class LeanStarter:
         ``attributes`` (cleaned by rlsight) may become the span's own dict: do not reuse it.
         """
         ids, bits = self._ids, self._span_bits
-        parent: SpanContext | None = current_span().get_span_context()
-        if parent is None or not parent.is_valid:
-            parent = None
-            trace_id = ids.generate_trace_id()
-            random_id = ids.is_trace_id_random()
-            trace_state = None
+        current: Any = _VAR.get().get(_SPAN_KEY) if _VAR is not None else current_span()
+        if type(current) is LeanSpan:
+            # One of ours: valid and sampled by construction, its flags one of the two below
+            # (what a child of it gets too), read without the SDK's properties.
+            parent: Any = current._context
+            trace_id, _, _, flags, trace_state, _ = parent
         else:
-            flags = parent.trace_flags
-            if not flags.sampled:
-                return None  # dropped by the sampler: the tracer returns its non-recording span
-            trace_id = parent.trace_id
-            random_id = flags.random_trace_id
-            trace_state = parent.trace_state
+            parent = (current.get_span_context()
+                      if current is not None and isinstance(current, Span) else None)
+            if parent is None or not parent.is_valid:
+                parent = None
+                if bits is not None:  # the generator's own draw, without its method calls
+                    trace_id = bits(128) or ids.generate_trace_id()
+                    random_id = True  # its is_trace_id_random()
+                else:
+                    trace_id = ids.generate_trace_id()
+                    random_id = ids.is_trace_id_random()
+                trace_state = _NO_TRACE_STATE
+            else:
+                parent_flags = parent.trace_flags
+                if not parent_flags.sampled:
+                    return None  # dropped by the sampler: the tracer returns its non-recording span
+                trace_id = parent.trace_id
+                random_id = parent_flags.random_trace_id
+                trace_state = parent.trace_state
+                if trace_state is None:
+                    trace_state = _NO_TRACE_STATE
+            flags = _SAMPLED_RANDOM if random_id else _SAMPLED
         # SpanContext(...) without its checks: both ids are valid (a valid parent's, or the
         # generator's, which never returns 0) and an absent trace state is the default one.
         span_id = (bits(64) if bits is not None else 0) or ids.generate_span_id()
-        context = tuple.__new__(SpanContext, (
-            trace_id, span_id, False, _SAMPLED_RANDOM if random_id else _SAMPLED,
-            _NO_TRACE_STATE if trace_state is None else trace_state, True))
+        context = _new_tuple(SpanContext, (trace_id, span_id, False, flags, trace_state, True))
         limits = self._limits
         maxlen, max_text = limits.max_span_attributes, limits.max_span_attribute_length
         plain = maxlen is None or len(attributes) <= maxlen
         if plain:
             for value in attributes.values():  # a loop: all() over a generator costs 2x
                 kind = type(value)
-                if kind not in _PLAIN or (kind is str and max_text is not None
-                                          and len(value) > max_text):
-                    plain = False  # the SDK converts or truncates it (and warns): its way
+                if kind is str:  # most values: only its length can matter
+                    if max_text is not None and len(value) > max_text:
+                        plain = False  # the SDK truncates it (and warns): its way
+                        break
+                elif kind not in _PLAIN:
+                    plain = False  # the SDK converts it (or drops it, and warns): its way
                     break
-        processors = getattr(self._processor, "_span_processors", None)
+        try:
+            processors = self._processor._span_processors
+        except AttributeError:  # not the SDK's multi-processor: the one processor
+            processors = None
         if processors is not self._seen:  # a tuple the SDK replaces when one is added
             self._route = _route(processors if isinstance(processors, tuple) else (self._processor,))
             self._seen = processors
-        span = object.__new__(LeanSpan)
-        span._route = self._route
+        route = self._route
+        span = _new_object(LeanSpan)
+        span._starter = self
         if plain:  # already what the SDK's cleaning would keep; the caller hands the dict over
-            span._attributes = (attributes if type(attributes) is PlainAttributes
-                                else PlainAttributes(attributes))
+            span._attributes = attributes if type(attributes) is dict else dict(attributes)
         else:
             attrs = BoundedAttributes(maxlen, None, immutable=False, max_value_len=max_text)
             attrs._set_items(attributes)
             span._attributes = attrs
         # ReadableSpan's fields, then Span's: what _Span.__init__ sets for these arguments
-        # (a LeanSpan has the ones every span shares on its class: see _SHARED).
+        # (a LeanSpan has the ones every span shares on its class, see _SHARED, and reads the
+        # ones every span of this starter shares from it, see _FROM_STARTER).
         span._name = name
         span._context = context
         span._parent = parent
-        span._lock = threading.Lock()
-        span._instrumentation_info = self._info
         span._instrumentation_scope = self._scope
         span._resource = self._resource
-        span._sampler = self._sampler
-        span._span_processor = self._processor
-        span._limits = limits
         # LeanSpan.start's work, without its lock: nothing else can see the span yet.
         span._start_time = start_time if start_time is not None else _sdk.time_ns()  # type: ignore[attr-defined]
-        for on_start in span._route[0]:
-            on_start(span, parent_context=None)
+        for on_start in route[0]:
+            on_start(span, None)  # positionally: the SDK's SpanProcessor.on_start(span, parent_context)
         return span
 
 
@@ -200,18 +224,21 @@ class LeanSpan(_Span):
     constructor would). Differences from ``_Span``, none visible through the span API or in
     what processors and exporters read: ``_attributes`` is a plain dict until an attribute is
     set (then the SDK's ``BoundedAttributes``, which cleans the new value as usual);
-    ``_events``/``_links`` are an empty tuple until the first one is added; :meth:`start` and
-    :meth:`end` call ``_route`` (rlsight's processors) with the span itself.
+    ``_events``/``_links`` are an empty tuple until the first one is added; its ``_lock`` is
+    made on first use (an end without one is guarded by a module lock); the fields every
+    span of its starter shares are read from ``_starter``; :meth:`start` and :meth:`end` call
+    the starter's route (rlsight's processors) with the span itself.
     """
 
     _events: Any
     _links: Any
-    _route: Route
+    _starter: LeanStarter
+    _own_lock: threading.Lock | None
 
     def _bounded(self) -> None:
         """Turn the attributes into the SDK's ``BoundedAttributes`` before the first set."""
         attrs = self._attributes
-        if type(attrs) is PlainAttributes and self._end_time is None:  # an ended span keeps it
+        if type(attrs) is dict and self._end_time is None:  # an ended span keeps it
             limits = self._limits
             bounded = BoundedAttributes(limits.max_span_attributes, None, immutable=False,
                                         max_value_len=limits.max_span_attribute_length)
@@ -252,21 +279,36 @@ class LeanSpan(_Span):
                 _sdk_log.warning("Calling start() on a started span.")
                 return
             self._start_time = start_time if start_time is not None else _sdk.time_ns()  # type: ignore[attr-defined]
-        for on_start in self._route[0]:
-            on_start(self, parent_context=parent_context)
+        for on_start in self._starter._route[0]:
+            on_start(self, parent_context)
 
     def end(self, end_time: int | None = None) -> None:
-        with self._lock:
+        # Under the span's own lock if anything made one (it may be setting an attribute
+        # right now), else under _LOCKS, which the making of one needs: either way nothing
+        # else touches the span's fields meanwhile. Not ``with``: its protocol costs twice
+        # the lock, on every span's end.
+        lock = _LOCKS
+        lock.acquire()
+        own = self._own_lock
+        if own is not None:
+            lock.release()
+            lock = own
+            lock.acquire()
+        try:
             if self._start_time is None:
                 raise RuntimeError("Calling end() on a not started span.")
-            if self._end_time is not None:
-                _sdk_log.warning("Calling end() on an ended span.")
-                return
-            self._end_time = end_time if end_time is not None else _sdk.time_ns()  # type: ignore[attr-defined]
-            attrs: Any = self._attributes
-            if type(attrs) is not PlainAttributes:
-                attrs._immutable = True
-        _, ends, mixed = self._route
+            ended = self._end_time is not None
+            if not ended:
+                self._end_time = end_time if end_time is not None else _sdk.time_ns()  # type: ignore[attr-defined]
+                attrs: Any = self._attributes
+                if type(attrs) is not dict:
+                    attrs._immutable = True
+        finally:
+            lock.release()
+        if ended:
+            _sdk_log.warning("Calling end() on an ended span.")
+            return
+        _, ends, mixed = self._starter._route
         if mixed is None:
             # The span itself, not a ReadableSpan copy: nothing can change it once ended.
             for on_end in ends:
@@ -285,10 +327,34 @@ class LeanSpan(_Span):
 _SHARED: Final[dict[str, Any]] = {
     "_kind": _INTERNAL, "_start_time": None, "_end_time": None, "_status": _UNSET,
     "_trace_config": None, "_record_exception": True, "_set_status_on_exception": True,
-    "_record_end_metrics": None,
+    "_record_end_metrics": None, "_own_lock": None,
 }
 for _field, _value in {**_SHARED, "_events": _NO_ITEMS, "_links": _NO_ITEMS}.items():
     setattr(LeanSpan, _field, _value)
+
+#: The fields every span of one starter has the same value for, read from the starter (each
+#: is read rarely: by the SDK's span methods and the ``ReadableSpan`` copy for others'
+#: processors; the encoders' ``_resource`` and ``_instrumentation_scope`` stay on the span).
+_FROM_STARTER: Final = {"_instrumentation_info": "_info", "_sampler": "_sampler",
+                        "_span_processor": "_processor", "_limits": "_limits"}
+for _field, _name in _FROM_STARTER.items():
+    setattr(LeanSpan, _field, property(operator.attrgetter("_starter." + _name)))
+
+
+def _span_lock(span: LeanSpan) -> threading.Lock:
+    """``span._lock``: made on first use (setting an attribute or an event, a status...),
+    not for every span: most are only started and ended, and a lock each is one more object
+    for the garbage collector to track while the store and the roll-up hold the span."""
+    lock = span._own_lock
+    if lock is None:
+        with _LOCKS:
+            lock = span._own_lock
+            if lock is None:
+                lock = span._own_lock = threading.Lock()
+    return lock
+
+
+LeanSpan._lock = property(_span_lock)  # type: ignore[assignment]
 
 
 def _route(processors: Sequence[SpanProcessor]) -> Route:
@@ -299,7 +365,9 @@ def _route(processors: Sequence[SpanProcessor]) -> Route:
     for proc in processors:
         kind = type(proc)
         own = bool(getattr(kind, "reads_span_in_place", False))
-        if not own or kind.on_start is not SpanProcessor.on_start:  # skip a no-op of rlsight's
+        if not own:
+            starts.append(_by_keyword(proc.on_start))
+        elif kind.on_start is not SpanProcessor.on_start:  # skip a no-op of rlsight's
             starts.append(proc.on_start)
         if not own:
             endings.append(proc._on_ending)
@@ -309,4 +377,13 @@ def _route(processors: Sequence[SpanProcessor]) -> Route:
     if not endings:
         return tuple(starts), tuple(on_end for on_end, _ in ends), None
     return tuple(starts), (), (tuple(endings), tuple(ends))
+
+
+def _by_keyword(on_start: Callable[..., object]) -> Callable[[Any, Any], object]:
+    """``on_start`` called as the SDK calls it (rlsight's own are called positionally)."""
+
+    def call(span: Any, parent_context: Any) -> object:
+        return on_start(span, parent_context=parent_context)
+
+    return call
 

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from rlsight.runtime import Telemetry
     from rlsight.store._ray_sink import ShippingSink, StoreShipper
     from rlsight.store._sink import FileSink
+    from rlsight.store._start_writer import StartRecordProcessor
 
 __all__ = [
     "ATTRIBUTE_MAX_LENGTH",
@@ -105,7 +106,7 @@ class ProviderBuilder:
     _metric_errors: list[Exception]
     _drops_warned: set[str]
     _sinks: list[FileSink]
-    _starts: BatchingSpanProcessor | None
+    _starts: StartRecordProcessor | None
     _starts_sink: FileSink | ShippingSink | None
     _prometheus: PrometheusEndpoint | None
     _shipper: StoreShipper | None
@@ -250,10 +251,9 @@ class ProviderBuilder:
 
     def _build_start_records(self, tp: TracerProvider, path: Path) -> None:
         """Start records of long-lived spans (``rlsight watch``, the report's post-mortem)."""
-        from rlsight._batching import BatchingSpanProcessor
         from rlsight.store._live import process_line
         from rlsight.store._sink import FileSink
-        from rlsight.store._start_writer import StartRecordProcessor, start_writer
+        from rlsight.store._start_writer import StartRecordProcessor
 
         local = FileSink(path)
         self._sinks.append(local)
@@ -264,11 +264,11 @@ class ProviderBuilder:
             sink = ShippingSink(local, self._shipper, "live")
         sink.write(process_line(self.resource_attributes))
         self._starts_sink = sink
-        self._starts = BatchingSpanProcessor(
-            start_writer(sink), name="live", interval_s=_STORE_INTERVAL_MS / 1000,
+        self._starts = StartRecordProcessor(
+            sink, interval_s=_STORE_INTERVAL_MS / 1000,
             on_error=lambda exc: self.report_internal_error("store-live", exc),
         )
-        tp.add_span_processor(StartRecordProcessor(self._starts))
+        tp.add_span_processor(self._starts)
 
     def _build_prometheus(self) -> MetricReader:
         host, port = self.config.prometheus_host, self.config.prometheus_port

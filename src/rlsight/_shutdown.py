@@ -188,9 +188,10 @@ class Closer(ProviderBuilder):
         """Flush start records, then mark this process's clean shutdown in its live file."""
         if self._starts is None or self._starts_sink is None:
             return True
+        from rlsight._batching import bounded
         from rlsight.store._live import shutdown_line
 
-        done = self._starts.shutdown(timeout_ms)
+        done = bounded(self._starts.close, timeout_ms / 1000)
         try:
             self._starts_sink.write(shutdown_line())
         except OSError as exc:

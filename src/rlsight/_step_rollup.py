@@ -68,9 +68,11 @@ WINDOW_S: Final = 10.0
 #: thousands of spans a second never holds more than this many ended spans for it.
 WINDOW_SPANS: Final = 10_000
 #: The fields the rollup reads, as the SDK's ``ReadableSpan`` stores them: one C-level call
-#: per span (the public properties cost a Python call per field per span).
+#: per span (the public properties cost a Python call per field per span). Attributes are a
+#: LeanSpan's plain dict; any other span's go through ``span_attributes``.
 _FIELDS: Final = attrgetter(
-    "_context", "_parent", "_name", "_start_time", "_end_time", "_attributes._dict")
+    "_context", "_parent", "_name", "_start_time", "_end_time", "_attributes")
+_DICT: Final = frozenset({dict})
 _PUBLIC_FIELDS: Final = attrgetter("context", "parent", "name", "start_time", "end_time")
 
 
@@ -102,6 +104,10 @@ def live_spans(spans: list[ReadableSpan], now: int, resource: Any) -> LiveSpans:
     except AttributeError:  # an SDK that stores spans differently: the public properties
         contexts, parents, names, starts, ends = zip(*map(_PUBLIC_FIELDS, spans), strict=True)
         attributes = [span_attributes(s) for s in spans]
+    else:
+        if not _DICT.issuperset(map(type, attributes)):  # an SDK span's storage, or none
+            attributes = [a if type(a) is dict else span_attributes(s)
+                          for s, a in zip(spans, attributes, strict=True)]
     return LiveSpans(contexts, parents, names, starts, ends, attributes, now, resource)
 
 

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricReader
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
     from opentelemetry.sdk.trace.id_generator import IdGenerator
-    from opentelemetry.trace import Span, Tracer
+    from opentelemetry.trace import Tracer
 
     from rlsight._batching import BatchingSpanProcessor
     from rlsight._lean import LeanStarter
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from rlsight._step_rollup import StepRollupProcessor
     from rlsight.store._ray_sink import ShippingSink, SinkStarter, StoreShipper
     from rlsight.store._sink import FileSink
+    from rlsight.store._start_writer import StartRecordProcessor
     from rlsight.watchdog import Watchdog
 
 __all__ = [
@@ -114,7 +115,7 @@ class Telemetry(Closer):
         self._metric_errors: list[Exception] = []
         self._drops_warned: set[str] = set()
         self._sinks: list[FileSink] = []
-        self._starts: BatchingSpanProcessor | None = None
+        self._starts: StartRecordProcessor | None = None
         self._starts_sink: FileSink | ShippingSink | None = None
         #: The stall watchdog (driver, when ``stall_after_s``/``stall_after_steps`` is set).
         self.watchdog: Watchdog | None = None
@@ -203,21 +204,6 @@ class Telemetry(Closer):
             tracer = self._tracer
             assert tracer is not None
         return tracer
-
-    def _start_span(self, name: str, attributes: dict[str, Any], start_time: int | None) -> Span:
-        """Start one of rlsight's own spans (cleaned attributes) in the current context.
-
-        The same SDK span the tracer would start, through :mod:`rlsight._lean` when it can
-        (about half the cost); foreign spans never come here.
-        """
-        if start_time is None and self.clock is not None:
-            start_time = self.clock()
-        lean = self._lean  # set once the tracer exists
-        if lean is not None:
-            span = lean.start(name, attributes, start_time)
-            if span is not None:
-                return span
-        return self.tracer.start_span(name, attributes=attributes, start_time=start_time)
 
     @property
     def meter(self) -> Meter:

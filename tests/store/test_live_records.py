@@ -73,3 +73,40 @@ def test_a_corrupt_live_line_is_skipped_with_its_place_and_the_rest_kept(run_dir
     assert [s.line for s in live.skipped] == [2, 3]
     assert [s.name for s in live.starts] == ["rl.step"]
     assert all(str(path) in str(s) for s in live.skipped)
+
+
+def test_a_live_span_is_recorded_once_while_open_and_not_kept_once_it_ends(tmp_path: Path) -> None:
+    """Start records of spans still open at a write, each written once; ended spans leave the
+    writer's hands at their end (nothing of them is kept or written), other kinds never enter."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from rlsight.store._live import process_line
+    from rlsight.store._sink import FileSink
+    from rlsight.store._start_writer import StartRecordProcessor
+
+    sink = FileSink(tmp_path / "live" / "p.jsonl")
+    sink.write(process_line({"service.instance.id": "p"}))
+    starts = StartRecordProcessor(sink, interval_s=3600)  # writes only when told to here
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(starts)
+    tracer = provider.get_tracer("t")
+
+    def live(name: str, group: str = RL.TRAINING) -> object:
+        return tracer.start_span(name, attributes={"rl.span_group": group, "thread.id": 1})
+
+    try:
+        open_span = live("rl.open")
+        live("rl.ended").end()  # type: ignore[attr-defined]
+        live("rl.short", RL.REWARD)  # not a long-lived kind
+        assert [s.name for s in starts._open.values()] == ["rl.open"]
+        assert starts.write_open() and starts.write_open()  # the second finds nothing new
+        assert [s.name for s in read_live(tmp_path).starts] == ["rl.open"]
+        open_span.end()  # type: ignore[attr-defined]
+        later = live("rl.later")
+        assert starts.close()  # what is still open is written on the way out
+        live("rl.after_close")
+        assert not starts._open
+        assert [s.name for s in read_live(tmp_path).starts] == ["rl.open", "rl.later"]
+        later.end()  # type: ignore[attr-defined]
+    finally:
+        sink.close()

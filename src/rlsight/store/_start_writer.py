@@ -1,12 +1,20 @@
-"""Writing start records: a span processor that queues live spans when they start.
+"""Writing start records: a span processor that keeps live spans while they are open.
 
 The format and the reader are in :mod:`rlsight.store._live`; this module needs the SDK, the
 reader must not (``rlsight report`` and ``rlsight watch`` import no SDK).
+
+A start record matters only for a span still open when it is written (a span that ended has
+its finished span in ``traces/``). So a live span is filed in a dict when it starts and taken
+out when it ends; every ``interval_s`` a thread writes a record for each span filed since the
+last write that is still open, in one ``write``, and forgets it. A span that ends within the
+interval, as nearly all do, costs its thread one dict set and one dict pop, and is neither
+queued, encoded nor kept alive for the writer.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -21,14 +29,13 @@ if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.sdk.trace import ReadableSpan, Span
 
-    from rlsight._batching import BatchingSpanProcessor
     from rlsight.store._sink import Sink
 
-__all__ = ["StartRecordProcessor", "start_writer"]
+__all__ = ["StartRecordProcessor", "start_lines"]
 
 
-def _is_live(span: Span) -> bool:
-    attrs = span_attributes(span)  # every span starts here: no read-only proxy per span
+def _is_live(attrs: Any) -> bool:
+    """Whether a span with these attributes gets a start record (see ``store._live``)."""
     group = attrs.get(SPAN_GROUP)
     if group in LIVE_GROUPS:
         return True
@@ -41,24 +48,77 @@ def _is_live(span: Span) -> bool:
 
 
 class StartRecordProcessor(SpanProcessor):
-    """Hands each live span to the store's batching processor when it *starts*.
+    """Writes a start record for each live span still open ``interval_s`` after it started.
 
-    The batching processor queues whatever it is given and writes it on its own thread, so
-    the caller pays one attribute check and one queue append; encoding happens off the path.
+    Args:
+        sink: Where the record lines go (the process's live file).
+        interval_s: How often the writer thread looks at the live spans filed since.
+        on_error: Called (on the writing thread) with what a failed write raised.
     """
 
-    #: It may be handed the span itself (rlsight._lean): it only reads it and queues it.
+    #: It may be handed the span itself (rlsight._lean): it only reads it and files it.
     reads_span_in_place: Final = True
 
-    def __init__(self, batcher: BatchingSpanProcessor) -> None:
-        self._batcher = batcher
+    def __init__(self, sink: Sink, *, interval_s: float,
+                 on_error: Callable[[BaseException], None] | None = None) -> None:
+        self._sink = sink
+        self._interval = interval_s
+        self._on_error = on_error
+        #: Live spans started since the last write and not ended yet, by span id, in start
+        #: order. App threads set and pop single keys; the writer copies it and pops what it
+        #: wrote (each one operation under the GIL: no lock on the span path).
+        self._open: dict[int, Span] = {}
+        self._closed = False
+        self._write_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rlsight-live", daemon=True)
+        self._thread.start()
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        if _is_live(span):
-            self._batcher.on_end(span)  # queued now, encoded by the batcher's thread
+        attrs: Any = span._attributes  # rlsight's processors see SDK spans only
+        if type(attrs) is not dict:  # a LeanSpan's plain dict, else the SDK's
+            attrs = span_attributes(span)
+        if _is_live(attrs) and not self._closed:
+            self._open[span._context[1]] = span  # type: ignore[index]
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self._open:
+            self._open.pop(span._context[1], None)  # type: ignore[index]
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.write_open()
+
+    def write_open(self) -> bool:
+        """Write the records of the spans filed since the last write that are still open.
+
+        Returns whether the write went through (a failure goes to ``on_error``).
+        """
+        with self._write_lock:
+            filed = self._open
+            if not filed:
+                return True
+            spans = list(filed.values())
+            for sp in spans:
+                filed.pop(sp.context.span_id, None)
+            try:
+                data = start_lines(spans)
+                if data:
+                    self._sink.write(data)
+            except Exception as exc:  # the writing thread must outlive one failed write
+                if self._on_error is not None:
+                    self._on_error(exc)
+                return False
+            return True
+
+    def close(self) -> bool:
+        """Stop the thread and write what is still open (the runtime bounds how long)."""
+        self._closed = True
+        self._stop.set()
+        return self.write_open()
 
     def shutdown(self) -> None:
-        return None  # the runtime shuts the batcher down on its own deadline
+        return None  # the runtime closes it on its own deadline (close)
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         return True
@@ -85,13 +145,7 @@ def _start(span: ReadableSpan) -> dict[str, Any]:
     return out
 
 
-def start_writer(sink: Sink) -> Callable[[Sequence[ReadableSpan]], bool]:
-    """An export function for the batching processor: start records of spans still open."""
-
-    def export(batch: Sequence[ReadableSpan]) -> bool:
-        lines = [json.dumps(_start(s), separators=(",", ":")) for s in batch if s.end_time is None]
-        if lines:
-            sink.write(("\n".join(lines) + "\n").encode())
-        return True
-
-    return export
+def start_lines(spans: Sequence[ReadableSpan]) -> bytes:
+    """The start records of ``spans`` still open, as JSON lines (``b""`` when none is)."""
+    lines = [json.dumps(_start(s), separators=(",", ":")) for s in spans if s.end_time is None]
+    return ("\n".join(lines) + "\n").encode() if lines else b""

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
-from rlsight._readable import span_attributes
+from rlsight._readable import PlainAttributes, span_attributes
 from rlsight._semconv import BUCKET, RANK, STEP, STEP_SPAN, WORKER_GROUP
 from rlsight.errors import warn_once
 from rlsight.step_summary import (
@@ -67,12 +67,12 @@ WINDOW_S: Final = 10.0
 #: A window also closes early once this many spans ended in it, so a process that emits
 #: thousands of spans a second never holds more than this many ended spans for it.
 WINDOW_SPANS: Final = 10_000
-#: The fields the rollup reads, as the SDK's ``ReadableSpan`` stores them: one C-level call
-#: per span (the public properties cost a Python call per field per span).
-_FIELDS: Final = attrgetter(
-    "_context", "_parent", "_name", "_start_time", "_end_time", "_attributes._dict")
+#: The fields the rollup reads, as the SDK's ``ReadableSpan`` stores them: one C-level pass
+#: per field over the spans (the public properties cost a Python call per field per span, and
+#: one getter of all six fields costs more than six passes once its tuples are transposed).
+_FIELD_NAMES: Final = ("_context", "_parent", "_name", "_start_time", "_end_time", "_attributes")
+_FIELDS: Final = tuple(attrgetter(name) for name in _FIELD_NAMES)
 _PUBLIC_FIELDS: Final = attrgetter("context", "parent", "name", "start_time", "end_time")
-
 
 def rollup_available(driver: bool) -> bool:
     """Whether this process can roll goodput up: the rollup is the report's, which needs the
@@ -96,13 +96,30 @@ def live_spans(spans: list[ReadableSpan], now: int, resource: Any) -> LiveSpans:
 
     if not spans:
         return LiveSpans((), (), (), (), (), (), now, resource)
-    attributes: Sequence[Any]
+    attributes: list[Any]
     try:
-        contexts, parents, names, starts, ends, attributes = zip(*map(_FIELDS, spans), strict=True)
+        contexts, parents, names, starts, ends, attributes = (list(map(f, spans)) for f in _FIELDS)
     except AttributeError:  # an SDK that stores spans differently: the public properties
-        contexts, parents, names, starts, ends = zip(*map(_PUBLIC_FIELDS, spans), strict=True)
+        contexts, parents, names, starts, ends = (
+            list(column) for column in zip(*map(_PUBLIC_FIELDS, spans), strict=True))
         attributes = [span_attributes(s) for s in spans]
+    if set(map(type, attributes)) != _PLAIN_TYPES:  # the SDK's BoundedAttributes, or none
+        attributes = [a if type(a) is PlainAttributes else _plain(a) for a in attributes]
     return LiveSpans(contexts, parents, names, starts, ends, attributes, now, resource)
+
+
+#: A LeanSpan keeps its attributes as a plain dict (until one is set on it).
+_PLAIN_TYPES: Final = {PlainAttributes}
+
+
+def _plain(attributes: Any) -> Mapping[str, Any]:
+    """An attribute storage as a ``dict`` the rollup reads with ``dict.get`` (never mutated)."""
+    if isinstance(attributes, dict):
+        return attributes
+    inner = getattr(attributes, "_dict", None)  # the SDK's BoundedAttributes
+    if isinstance(inner, dict):
+        return inner
+    return {} if attributes is None else dict(attributes)
 
 
 class StepRollupProcessor(SpanProcessor):
@@ -138,16 +155,20 @@ class StepRollupProcessor(SpanProcessor):
             import rlsight.analysis.online  # noqa: F401
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        sid = span.context[1]  # SpanContext is a tuple: (trace id, span id, ...)
+        try:  # the SDK's own fields: a property read costs as much as the rest of this call
+            sid, name = span._context[1], span._name  # SpanContext: (trace id, span id, ...)
+        except AttributeError:
+            sid, name = span.context[1], span.name
         self._open[sid] = span
-        if self._steps and span.name == STEP_SPAN:
+        if name == STEP_SPAN and self._steps:
             with self._lock:
                 self._open_steps[sid] = span.start_time or 0
 
     def on_end(self, span: ReadableSpan) -> None:
-        context = span.context
-        assert context is not None
-        sid = context[1]
+        try:
+            sid = span._context[1]
+        except AttributeError:
+            sid = span.context[1]  # type: ignore[index]
         self._open.pop(sid, None)
         if self._windows is not None:
             window = self._window
@@ -156,15 +177,18 @@ class StepRollupProcessor(SpanProcessor):
             # appended meanwhile, so the length can step over the mark without landing on it;
             # missed, the window would hold every span until the 10 s timer.
             if len(window) >= WINDOW_SPANS:
-                if len(window) >= 2 * WINDOW_SPANS:
-                    self._help_cut(wait_s=0.1 if len(window) >= 4 * WINDOW_SPANS else 0.0)
-                elif not self._wake.is_set():
-                    self._wake.set()
-        if not self._open_steps:
-            return
-        self._ended.append(span)
-        if sid in self._open_steps:
-            self._step_ended(sid, span)
+                self._window_full(len(window))
+        open_steps = self._open_steps
+        if open_steps:
+            self._ended.append(span)
+            if sid in open_steps:
+                self._step_ended(sid, span)
+
+    def _window_full(self, size: int) -> None:
+        if size >= 2 * WINDOW_SPANS:
+            self._help_cut(wait_s=0.1 if size >= 4 * WINDOW_SPANS else 0.0)
+        elif not self._wake.is_set():
+            self._wake.set()
 
     def shutdown(self) -> None:
         self._stop = True

@@ -113,11 +113,13 @@ def buckets_from_sums(sums: I64, wall: int) -> Buckets:
 
 def step_buckets(part: TimelinePartition, steps: Steps) -> list[Buckets]:
     """Each step's window partitioned on its own timeline."""
-    length = part.cover.length
-    sums = np.zeros((len(steps), len(BUCKET_CODES)), dtype=np.int64)
-    for code in BUCKET_CODES.values():
-        cum = _prefix(np.where(part.label == code, length, 0))
-        sums[:, code] = cum[part.step_hi] - cum[part.step_lo]
+    label = part.label
+    # One prefix sum per bucket code, all codes at once (a column each).
+    by_code = np.zeros((len(label) + 1, len(BUCKET_CODES)), dtype=np.int64)
+    seg = np.flatnonzero(label >= 0)
+    by_code[seg + 1, label[seg]] = part.cover.length[seg]
+    np.cumsum(by_code, axis=0, out=by_code)
+    sums = by_code[part.step_hi] - by_code[part.step_lo]
     wall = steps.wall
     return [buckets_from_sums(sums[r], int(wall[r])) for r in range(len(steps))]
 
@@ -199,7 +201,10 @@ def contributors(
     key = label * n_names + name
     attributed = np.zeros(len(BUCKET_CODES) * n_names, dtype=np.int64)
     np.add.at(attributed, key, length)
-    present_pairs = np.unique(key * max(len(steps), 1) + rows)
+    pairs = np.sort(key * max(len(steps), 1) + rows)
+    first = np.ones(len(pairs), dtype=bool)  # the first of each run of equal pairs
+    np.not_equal(pairs[1:], pairs[:-1], out=first[1:])
+    present_pairs = pairs[first]
     present = np.bincount(present_pairs // max(len(steps), 1), minlength=len(attributed))
     out: list[Contributor] = []
     for bucket in BUCKET_NAMES:

@@ -114,12 +114,12 @@ def buckets_from_sums(sums: I64, wall: int) -> Buckets:
 def step_buckets(part: TimelinePartition, steps: Steps) -> list[Buckets]:
     """Each step's window partitioned on its own timeline."""
     label = part.label
-    # One prefix sum per bucket code, all codes at once (a column each).
-    by_code = np.zeros((len(label) + 1, len(BUCKET_CODES)), dtype=np.int64)
+    # One prefix sum per bucket code, all codes at once (a row each).
+    by_code = np.zeros((len(BUCKET_CODES), len(label) + 1), dtype=np.int64)
     seg = np.flatnonzero(label >= 0)
-    by_code[seg + 1, label[seg]] = part.cover.length[seg]
-    np.cumsum(by_code, axis=0, out=by_code)
-    sums = by_code[part.step_hi] - by_code[part.step_lo]
+    by_code[label[seg], seg + 1] = part.cover.length[seg]
+    np.cumsum(by_code, axis=1, out=by_code)
+    sums = (by_code[:, part.step_hi] - by_code[:, part.step_lo]).T
     wall = steps.wall
     return [buckets_from_sums(sums[r], int(wall[r])) for r in range(len(steps))]
 

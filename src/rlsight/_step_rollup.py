@@ -112,7 +112,7 @@ def live_spans(spans: list[ReadableSpan], now: int, resource: Any) -> LiveSpans:
 _PLAIN_TYPES: Final = {PlainAttributes}
 
 
-def _plain(attributes: Any) -> Mapping[str, Any]:
+def _plain(attributes: Any) -> dict[str, Any]:
     """An attribute storage as a ``dict`` the rollup reads with ``dict.get`` (never mutated)."""
     if isinstance(attributes, dict):
         return attributes
@@ -156,7 +156,7 @@ class StepRollupProcessor(SpanProcessor):
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         try:  # the SDK's own fields: a property read costs as much as the rest of this call
-            sid, name = span._context[1], span._name  # SpanContext: (trace id, span id, ...)
+            sid, name = span._context[1], span._name  # type: ignore[index]  # SpanContext: a tuple
         except AttributeError:
             sid, name = span.context[1], span.name
         self._open[sid] = span
@@ -166,9 +166,9 @@ class StepRollupProcessor(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         try:
-            sid = span._context[1]
+            sid = span._context[1]  # type: ignore[index]
         except AttributeError:
-            sid = span.context[1]  # type: ignore[index]
+            sid = span.context[1]
         self._open.pop(sid, None)
         if self._windows is not None:
             window = self._window

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import is_, itemgetter
@@ -74,7 +74,8 @@ class LiveSpans:
     names: Sequence[str]
     starts: Sequence[int]
     ends: Sequence[int | None]
-    attributes: Sequence[Mapping[str, Any]]
+    attributes: Sequence[dict[str, Any]]
+    """Each span's attributes as a ``dict`` (read with ``dict.get`` in C-level passes)."""
     now: int
     resource: Mapping[str, Any]
 
@@ -114,14 +115,14 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
         kept = {i: dict(attrs[i]) for i in np.flatnonzero(name == names[DISCARD_SPAN]).tolist()}
         kept.update((i, dict(a)) for i, a in enumerate(attrs) if GROUP_ID in a)
     codes: Mapping[Any, int] = BUCKET_CODES  # any value that is not a bucket name: -1
-    get = dict.get
+    get: Callable[[dict[str, Any], str], Any] = dict.get
     bucket = np.fromiter(map(codes.get, map(get, attrs, repeat(BUCKET, n)), repeat(-1, n)),
                          np.int8, n)
     concurrent = np.zeros(n, np.bool_)
     if any(map(dict.__contains__, attrs, repeat(CONCURRENT, n))):
         concurrent = np.fromiter(map(is_, map(get, attrs, repeat(CONCURRENT, n)), repeat(True, n)),
                                  np.bool_, n)
-    threads = list(map(get, attrs, repeat(THREAD_ID, n)))
+    threads: list[Any] = list(map(get, attrs, repeat(THREAD_ID, n)))
     if set(map(type, threads)) != _INT:  # a missing or non-int thread id: timeline 0
         threads = [t if type(t) is int else 0 for t in threads]
     parents = [0 if p is None else p[1] for p in spans.parents]

@@ -74,6 +74,7 @@ _FIELD_NAMES: Final = ("_context", "_parent", "_name", "_start_time", "_end_time
 _FIELDS: Final = tuple(attrgetter(name) for name in _FIELD_NAMES)
 _PUBLIC_FIELDS: Final = attrgetter("context", "parent", "name", "start_time", "end_time")
 
+
 def rollup_available(driver: bool) -> bool:
     """Whether this process can roll goodput up: the rollup is the report's, which needs the
     ``analysis`` extra (numpy). Without it the run goes on without online goodput; the driver

@@ -126,7 +126,6 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
     if set(map(type, threads)) != _INT:  # a missing or non-int thread id: timeline 0
         threads = [t if type(t) is int else 0 for t in threads]
     parents = [0 if p is None else p[1] for p in spans.parents]
-    empty = np.full(n, -1, np.int32)
     return SpanColumns(
         start=np.fromiter(spans.starts, np.int64, n),
         end=np.array([now if e is None else e for e in spans.ends], np.int64),
@@ -149,9 +148,9 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
         resources=[spans.resource],
         process_keys=[str(spans.resource.get(SERVICE_INSTANCE_ID, "driver"))],
         kept_attributes=kept,
-        source_file=empty,
-        source_line=empty,
-        source_slot=empty,
+        source_file=np.full(n, -1, np.int32),
+        source_line=np.full(n, -1, np.int32),
+        source_slot=np.full(n, -1, np.int32),
         source_files=[],
     )
 

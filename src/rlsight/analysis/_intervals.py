@@ -104,22 +104,21 @@ def _range_max(size: int, lo: I64, hi: I64, values: I64) -> I64:
     order = np.argsort(level, kind="stable")
     level_sorted = level[order]
     top = int(level_sorted[-1])
-    # Both blocks of every range, level by level: positions 2k and 2k + 1 are range k's.
-    where = np.empty((len(order), 2), dtype=np.int64)
-    where[:, 0] = lo[order]
-    where[:, 1] = hi[order] - (np.int64(1) << level_sorted)
-    where_flat = where.ravel()
-    vals = np.repeat(values[order], 2)
-    cuts = (2 * np.searchsorted(level_sorted, np.arange(top + 2))).tolist()
-    current = out
+    cuts = np.searchsorted(level_sorted, np.arange(top + 2))
+    current: I64 | None = None
     for lvl in range(top, -1, -1):
-        if lvl < top:  # each block of the level above is two blocks of this one
+        table = np.full(size, -1, dtype=np.int64)
+        members = order[cuts[lvl]:cuts[lvl + 1]]
+        if len(members):
+            vals = values[members]
+            np.maximum.at(table, lo[members], vals)
+            np.maximum.at(table, hi[members] - (1 << lvl), vals)
+        if current is not None:
             half = 1 << lvl
-            above, current = current, current.copy()
-            np.maximum(current[half:], above[:-half], out=current[half:])
-        a, b = cuts[lvl], cuts[lvl + 1]
-        if b > a:
-            np.maximum.at(current, where_flat[a:b], vals[a:b])
+            np.maximum(table, current, out=table)
+            np.maximum(table[half:], current[:-half], out=table[half:])
+        current = table
+    assert current is not None
     return current
 
 

@@ -113,13 +113,11 @@ def buckets_from_sums(sums: I64, wall: int) -> Buckets:
 
 def step_buckets(part: TimelinePartition, steps: Steps) -> list[Buckets]:
     """Each step's window partitioned on its own timeline."""
-    label = part.label
-    # One prefix sum per bucket code, all codes at once (a row each).
-    by_code = np.zeros((len(BUCKET_CODES), len(label) + 1), dtype=np.int64)
-    seg = np.flatnonzero(label >= 0)
-    by_code[label[seg], seg + 1] = part.cover.length[seg]
-    np.cumsum(by_code, axis=1, out=by_code)
-    sums = (by_code[:, part.step_hi] - by_code[:, part.step_lo]).T
+    length = part.cover.length
+    sums = np.zeros((len(steps), len(BUCKET_CODES)), dtype=np.int64)
+    for code in BUCKET_CODES.values():
+        cum = _prefix(np.where(part.label == code, length, 0))
+        sums[:, code] = cum[part.step_hi] - cum[part.step_lo]
     wall = steps.wall
     return [buckets_from_sums(sums[r], int(wall[r])) for r in range(len(steps))]
 

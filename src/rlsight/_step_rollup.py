@@ -186,6 +186,8 @@ class StepRollupProcessor(SpanProcessor):
                 self._step_ended(sid, span)
 
     def _window_full(self, size: int) -> None:
+        """Wake the window thread, or cut on this thread once it falls behind (:meth:`_help_cut`);
+        out of ``on_end`` so the common span pays for none of it."""
         if size >= 2 * WINDOW_SPANS:
             self._help_cut(wait_s=0.1 if size >= 4 * WINDOW_SPANS else 0.0)
         elif not self._wake.is_set():

@@ -9,7 +9,8 @@
    Beside it, what every process pays every 10 s in a background thread for its busy time
    (``rl.goodput.process.seconds``) when those spans fall in one window.
 2. The per-span bookkeeping the processor does (``on_start`` + ``on_end`` while a step is
-   open), next to a bare ``dict`` set and pop.
+   open), next to a bare ``dict`` set and pop. The issue's target counts both: the work at
+   the step's end plus 1,000 times the filing, printed as one total.
 
 Times are the calling thread's CPU time (``thread_time_ns``): what the driver pays.
 """
@@ -119,9 +120,11 @@ def main() -> None:
     rollup_ms = results["online rollup of a 1,000-span step"].per_op_ns / 1e6
     per_span_ms = SPANS * results["processor on_start + on_end"].per_op_ns / 1e6
     print(f"  online rollup of a {SPANS}-span step: {rollup_ms:.2f} ms at the step's end "
-          f"(target <= 1 ms) + {per_span_ms:.2f} ms filing its spans as they end")
+          f"+ {per_span_ms:.2f} ms filing its spans as they end = "
+          f"{rollup_ms + per_span_ms:.2f} ms (target <= 1 ms)")
     if args.json:
-        emit_json({**doc, "rollup_ms": rollup_ms})
+        emit_json({**doc, "rollup_ms": rollup_ms, "filing_ms": per_span_ms,
+                   "total_ms": rollup_ms + per_span_ms})
 
 
 if __name__ == "__main__":

@@ -67,11 +67,12 @@ WINDOW_S: Final = 10.0
 #: A window also closes early once this many spans ended in it, so a process that emits
 #: thousands of spans a second never holds more than this many ended spans for it.
 WINDOW_SPANS: Final = 10_000
-#: The fields the rollup reads, as the SDK's ``ReadableSpan`` stores them: one C-level call
-#: per span (the public properties cost a Python call per field per span). Attributes are a
-#: LeanSpan's plain dict; any other span's go through ``span_attributes``.
-_FIELDS: Final = attrgetter(
-    "_context", "_parent", "_name", "_start_time", "_end_time", "_attributes")
+#: The fields the rollup reads, as the SDK's ``ReadableSpan`` stores them: one C-level pass
+#: per field over the spans (the public properties cost a Python call per field per span, and
+#: one getter of all six fields costs more than six passes once its tuples are transposed).
+_FIELD_NAMES: Final = ("_context", "_parent", "_name", "_start_time", "_end_time", "_attributes")
+_FIELDS: Final = tuple(attrgetter(name) for name in _FIELD_NAMES)
+#: A LeanSpan keeps its attributes as exactly a ``dict`` (until one is set on it).
 _DICT: Final = frozenset({dict})
 _PUBLIC_FIELDS: Final = attrgetter("context", "parent", "name", "start_time", "end_time")
 
@@ -98,11 +99,12 @@ def live_spans(spans: list[ReadableSpan], now: int, resource: Any) -> LiveSpans:
 
     if not spans:
         return LiveSpans((), (), (), (), (), (), now, resource)
-    attributes: Sequence[Any]
+    attributes: list[Any]
     try:
-        contexts, parents, names, starts, ends, attributes = zip(*map(_FIELDS, spans), strict=True)
+        contexts, parents, names, starts, ends, attributes = (list(map(f, spans)) for f in _FIELDS)
     except AttributeError:  # an SDK that stores spans differently: the public properties
-        contexts, parents, names, starts, ends = zip(*map(_PUBLIC_FIELDS, spans), strict=True)
+        contexts, parents, names, starts, ends = (
+            list(column) for column in zip(*map(_PUBLIC_FIELDS, spans), strict=True))
         attributes = [span_attributes(s) for s in spans]
     else:
         if not _DICT.issuperset(map(type, attributes)):  # an SDK span's storage, or none
@@ -144,16 +146,20 @@ class StepRollupProcessor(SpanProcessor):
             import rlsight.analysis.online  # noqa: F401
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        sid = span.context[1]  # SpanContext is a tuple: (trace id, span id, ...)
+        try:  # the SDK's own fields: a property read costs as much as the rest of this call
+            sid, name = span._context[1], span._name  # type: ignore[index]  # SpanContext: a tuple
+        except AttributeError:
+            sid, name = span.context[1], span.name
         self._open[sid] = span
-        if self._steps and span.name == STEP_SPAN:
+        if name == STEP_SPAN and self._steps:
             with self._lock:
                 self._open_steps[sid] = span.start_time or 0
 
     def on_end(self, span: ReadableSpan) -> None:
-        context = span.context
-        assert context is not None
-        sid = context[1]
+        try:
+            sid = span._context[1]  # type: ignore[index]
+        except AttributeError:
+            sid = span.context[1]
         self._open.pop(sid, None)
         if self._windows is not None:
             window = self._window
@@ -162,15 +168,20 @@ class StepRollupProcessor(SpanProcessor):
             # appended meanwhile, so the length can step over the mark without landing on it;
             # missed, the window would hold every span until the 10 s timer.
             if len(window) >= WINDOW_SPANS:
-                if len(window) >= 2 * WINDOW_SPANS:
-                    self._help_cut(wait_s=0.1 if len(window) >= 4 * WINDOW_SPANS else 0.0)
-                elif not self._wake.is_set():
-                    self._wake.set()
-        if not self._open_steps:
-            return
-        self._ended.append(span)
-        if sid in self._open_steps:
-            self._step_ended(sid, span)
+                self._window_full(len(window))
+        open_steps = self._open_steps
+        if open_steps:
+            self._ended.append(span)
+            if sid in open_steps:
+                self._step_ended(sid, span)
+
+    def _window_full(self, size: int) -> None:
+        """Wake the window thread, or cut on this thread once it falls behind (:meth:`_help_cut`);
+        out of ``on_end`` so the common span pays for none of it."""
+        if size >= 2 * WINDOW_SPANS:
+            self._help_cut(wait_s=0.1 if size >= 4 * WINDOW_SPANS else 0.0)
+        elif not self._wake.is_set():
+            self._wake.set()
 
     def shutdown(self) -> None:
         self._stop = True

@@ -123,6 +123,8 @@ def _reorder(cols: SpanColumns, order: I64) -> SpanColumns:
 def _renumber(values: I64, keys: list[str]) -> tuple[I64, list[str]]:
     """Renumber interned ids so that id order is the sorted order of their keys."""
     order = sorted(range(len(keys)), key=keys.__getitem__)
+    if order == list(range(len(keys))):  # already in sorted order (one process, one trace)
+        return values, keys
     mapping = np.empty(max(len(keys), 1), dtype=np.int64)
     mapping[np.asarray(order, dtype=np.int64)] = np.arange(len(keys))
     return (mapping[values] if len(values) else values), [keys[i] for i in order]
@@ -165,21 +167,31 @@ def _find_parents(trace: I64, span_id: NDArray[np.uint64], parent_id: NDArray[np
     return parent
 
 
-def _depths(parent: I64, has_parent_id: NDArray[np.bool_]) -> tuple[I64, I64, int]:
-    """Depth of every span by pointer jumping; spans on a parent cycle become roots."""
+def _depths(
+    parent: I64, has_parent_id: NDArray[np.bool_], marked: NDArray[np.bool_] | None = None,
+) -> tuple[I64, I64, int, I64 | None]:
+    """Depth of every span by pointer jumping; spans on a parent cycle become roots.
+
+    With ``marked``, the same jumps also give :func:`nearest_marked` over the returned parents
+    (one pass over the tree instead of two).
+    """
     depth = has_parent_id.astype(np.int64)
+    nearest = None if marked is None else np.where(marked, np.arange(len(parent)), -1)
     nxt = parent.copy()
     for _ in range(_MAX_JUMPS):
         idx = np.flatnonzero(nxt >= 0)
         if len(idx) == 0:
-            return depth, parent, 0
+            return depth, parent, 0, nearest
         hop = nxt[idx]
         depth[idx] += depth[hop]
+        if nearest is not None:
+            mine = nearest[idx]
+            nearest[idx] = np.where(mine >= 0, mine, nearest[hop])
         nxt[idx] = nxt[hop]
     cyclic = nxt >= 0
     parent = np.where(cyclic, -1, parent)
-    depth, parent, _ = _depths(parent, has_parent_id & ~cyclic)
-    return depth, parent, int(cyclic.sum())
+    depth, parent, _, nearest = _depths(parent, has_parent_id & ~cyclic, marked)
+    return depth, parent, int(cyclic.sum()), nearest
 
 
 def nearest_marked(parent: I64, marked: NDArray[np.bool_]) -> I64:
@@ -241,13 +253,15 @@ def build_table(cols: SpanColumns) -> SpanTable:
     parent = _find_parents(cols.trace, cols.span_id, cols.parent_id)
     has_parent_id = cols.parent_id != 0
     orphans = int((has_parent_id & (parent < 0)).sum())
-    _, parent, cycles = _depths(parent, has_parent_id)
+    step_name = cols.names.index(STEP_SPAN) if STEP_SPAN in cols.names else -1
+    depth, parent, cycles, anchor = _depths(parent, has_parent_id, cols.name == step_name)
+    assert anchor is not None
+    step_anchor = anchor
     # Depth stops at a process boundary: a remote parent makes the span a local root.
     safe = np.maximum(parent, 0)
     remote = (parent >= 0) & (cols.process[safe] != cols.process)
-    depth, _, _ = _depths(np.where(remote, -1, parent), has_parent_id & ~remote)
-    step_name = cols.names.index(STEP_SPAN) if STEP_SPAN in cols.names else -1
-    step_anchor = nearest_marked(parent, cols.name == step_name)
+    if cycles or remote.any():  # else the depths over the whole tree are the local ones
+        depth, _, _, _ = _depths(np.where(remote, -1, parent), has_parent_id & ~remote)
     return SpanTable(
         cols=cols,
         timeline=timeline,

@@ -199,7 +199,10 @@ def contributors(
     key = label * n_names + name
     attributed = np.zeros(len(BUCKET_CODES) * n_names, dtype=np.int64)
     np.add.at(attributed, key, length)
-    present_pairs = np.unique(key * max(len(steps), 1) + rows)
+    pairs = np.sort(key * max(len(steps), 1) + rows)
+    first = np.ones(len(pairs), dtype=bool)  # the first of each run of equal pairs
+    np.not_equal(pairs[1:], pairs[:-1], out=first[1:])
+    present_pairs = pairs[first]
     present = np.bincount(present_pairs // max(len(steps), 1), minlength=len(attributed))
     out: list[Contributor] = []
     for bucket in BUCKET_NAMES:

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from operator import itemgetter
+from itertools import repeat
+from operator import is_, itemgetter
 from typing import Any, Final
 
 import numpy as np
@@ -46,6 +47,7 @@ _INT64_MIN: Final = -(1 << 63)
 _INT64_MAX: Final = (1 << 63) - 1
 _FIRST: Final = itemgetter(0)
 _SECOND: Final = itemgetter(1)
+_INT: Final = {int}
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +74,8 @@ class LiveSpans:
     names: Sequence[str]
     starts: Sequence[int]
     ends: Sequence[int | None]
-    attributes: Sequence[Mapping[str, Any]]
+    attributes: Sequence[dict[str, Any]]
+    """Each span's attributes as a ``dict`` (read with ``dict.get`` in C-level passes)."""
     now: int
     resource: Mapping[str, Any]
 
@@ -80,7 +83,12 @@ class LiveSpans:
 def live_columns(spans: LiveSpans) -> SpanColumns:
     """The columns the store reader would build from these spans' lines (what the rollup
     reads; the group, status and numeric attribute columns stay empty, and the kept attribute
-    dicts unless a discard is among the spans: no rollup reads them)."""
+    dicts unless a discard is among the spans: no rollup reads them).
+
+    ``spans.attributes`` must be ``dict`` instances (what :func:`rlsight._step_rollup.live_spans`
+    hands over): every column is one C-level pass over a field (``map`` of a C function,
+    ``np.fromiter``), not a Python expression per span.
+    """
     n = len(spans.names)
     trace_ids = list(map(_FIRST, spans.contexts))
     first = trace_ids[0] if n else 0
@@ -89,9 +97,9 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
         trace = np.zeros(n, np.int64)
     else:
         traces = {t: i for i, t in enumerate(dict.fromkeys(trace_ids))}
-        trace = np.array(list(map(traces.__getitem__, trace_ids)), np.int64)
+        trace = np.fromiter(map(traces.__getitem__, trace_ids), np.int64, n)
     names = {x: i for i, x in enumerate(dict.fromkeys(spans.names))}
-    name = np.array(list(map(names.__getitem__, spans.names)), np.int64)
+    name = np.fromiter(map(names.__getitem__, spans.names), np.int64, n)
     attrs = spans.attributes
     now = spans.now
     step_no = np.full(n, NO_STEP, np.int64)
@@ -107,18 +115,29 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
         kept = {i: dict(attrs[i]) for i in np.flatnonzero(name == names[DISCARD_SPAN]).tolist()}
         kept.update((i, dict(a)) for i, a in enumerate(attrs) if GROUP_ID in a)
     codes: Mapping[Any, int] = BUCKET_CODES  # any value that is not a bucket name: -1
+    get: Callable[[dict[str, Any], str], Any] = dict.get
+    bucket = np.fromiter(map(codes.get, map(get, attrs, repeat(BUCKET, n)), repeat(-1, n)),
+                         np.int8, n)
+    concurrent = np.zeros(n, np.bool_)
+    if any(map(dict.__contains__, attrs, repeat(CONCURRENT, n))):
+        concurrent = np.fromiter(map(is_, map(get, attrs, repeat(CONCURRENT, n)), repeat(True, n)),
+                                 np.bool_, n)
+    threads: list[Any] = list(map(get, attrs, repeat(THREAD_ID, n)))
+    if set(map(type, threads)) != _INT:  # a missing or non-int thread id: timeline 0
+        threads = [t if type(t) is int else 0 for t in threads]
+    parents = [0 if p is None else p[1] for p in spans.parents]
     return SpanColumns(
         start=np.fromiter(spans.starts, np.int64, n),
         end=np.array([now if e is None else e for e in spans.ends], np.int64),
         trace=trace,
         span_id=np.fromiter(map(_SECOND, spans.contexts), np.uint64, n),
-        parent_id=np.array([0 if p is None else p[1] for p in spans.parents], np.uint64),
+        parent_id=np.fromiter(parents, np.uint64, n),
         name=name,
         group=np.zeros(n, np.int64),
-        bucket=np.array([codes.get(a.get(BUCKET), -1) for a in attrs], np.int8),
-        concurrent=np.array([a.get(CONCURRENT) is True for a in attrs], np.bool_),
+        bucket=bucket,
+        concurrent=concurrent,
         process=np.zeros(n, np.int64),
-        thread=np.array([t if type(t := a.get(THREAD_ID)) is int else 0 for a in attrs], np.int64),
+        thread=np.fromiter(threads, np.int64, n),
         step_no=step_no,
         batch_size=np.full(n, math.nan),
         prompts=np.full(n, math.nan),

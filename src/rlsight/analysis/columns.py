@@ -292,9 +292,8 @@ class ColumnBuilder:
     processes: dict[str, int] = field(default_factory=dict)
     resources: list[Mapping[str, AttributeValue]] = field(default_factory=list)
     kept: dict[int, Mapping[str, AttributeValue]] = field(default_factory=dict)
-    source_file: array[int] = field(default_factory=lambda: array("i"))
-    source_line: array[int] = field(default_factory=lambda: array("i"))
-    source_slot: array[int] = field(default_factory=lambda: array("i"))
+    sources: list[tuple[int, int, int]] = field(default_factory=list)
+    """(file, line, spans) of each batch read from a file, in order."""
     files: dict[str, int] = field(default_factory=dict)
 
     def add_process(self, resource: Mapping[str, AttributeValue]) -> int:
@@ -316,10 +315,7 @@ class ColumnBuilder:
             batch.end_ns, batch.status_code, batch.resource, batch.attribute_sets,
             batch.attribute_set, raw=True)
         self._add(projected, [self.add_process(r) for r in batch.resources])
-        n = len(batch)
-        _append(self.source_file, [self.files.setdefault(batch.path, len(self.files))] * n)
-        _append(self.source_line, [batch.line] * n)
-        _append(self.source_slot, range(n))
+        self.sources.append((self.files.setdefault(batch.path, len(self.files)), batch.line, len(batch)))
 
     def _project(
         self, trace: Sequence[Any], sid: Sequence[Any], pid: Sequence[Any], name: Sequence[Any],
@@ -395,11 +391,17 @@ class ColumnBuilder:
         for i, attrs in batch.kept:
             self.kept[first + i] = attrs
 
-    def _no_source(self) -> None:
-        """Mark the spans added so far beyond the located ones as read from no file."""
-        missing = len(self.start) - len(self.source_file)
-        for column in (self.source_file, self.source_line, self.source_slot):
-            column.extend([-1] * missing)
+    def _located(self) -> tuple[NDArray[np.int32], NDArray[np.int32], NDArray[np.int32]]:
+        """Each span's (file, line, slot among the line's spans); -1s for the spans added
+        without a source (from rows, which come after every located span)."""
+        located = sum(n for _, _, n in self.sources)
+        table = np.asarray(self.sources or [(0, 0, 0)], dtype=np.int64).reshape(-1, 3)
+        sizes = table[:, 2]
+        starts = np.repeat(np.cumsum(sizes) - sizes, sizes)
+        missing = np.full(len(self.start) - located, -1, dtype=np.int32)
+        return (np.concatenate([np.repeat(table[:, 0], sizes).astype(np.int32), missing]),
+                np.concatenate([np.repeat(table[:, 1], sizes).astype(np.int32), missing]),
+                np.concatenate([(np.arange(located) - starts).astype(np.int32), missing]))
 
     def finish(self) -> SpanColumns:
         def ids(parts: list[NDArray[np.uint64]]) -> NDArray[np.uint64]:
@@ -408,7 +410,7 @@ class ColumnBuilder:
         def rows(column: array[Any], dtype: Any) -> NDArray[Any]:
             return np.frombuffer(column, dtype=dtype)[row] if len(column) else np.zeros(len(row), dtype)
 
-        self._no_source()
+        source_file, source_line, source_slot = self._located()
         row = np.frombuffer(self.row, dtype=np.int64)
         bucket = rows(self.row_bucket, np.int8)
         invalid = bucket == -2
@@ -440,9 +442,7 @@ class ColumnBuilder:
             resources=self.resources,
             process_keys=list(self.processes),
             kept_attributes=self.kept,
-            source_file=np.frombuffer(self.source_file, dtype=np.int32).copy(),
-            source_line=np.frombuffer(self.source_line, dtype=np.int32).copy(),
-            source_slot=np.frombuffer(self.source_slot, dtype=np.int32).copy(),
+            source_file=source_file, source_line=source_line, source_slot=source_slot,
             source_files=list(self.files),
             invalid_buckets=int(invalid.sum()),
         )

@@ -205,8 +205,8 @@ def numbered_lines(
         bad.clear()
         if last is not None and number > last:
             return
-        if not raw.strip() or (only is not None and number not in only):
-            continue
+        if raw.isspace() or not raw or (only is not None and number not in only):
+            continue  # isspace: strip() would copy the line to learn the same
         yield number, raw
     yield from bad
 

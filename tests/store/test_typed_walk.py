@@ -22,7 +22,8 @@ from rlsight.store import _reader
 from rlsight.store._lines import int64, int64s
 from rlsight.store._schema import SkippedRecord
 
-_ODD = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | st.text(max_size=4)
+_ODD = (st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False)
+        | st.text(max_size=4))
 _INT64 = st.integers(-(2**63), 2**63 - 1)
 _HEX = st.text("0123456789abcdef", min_size=16, max_size=16)
 

@@ -184,3 +184,14 @@ def test_int64s_reads_a_column_as_int64_reads_each_value(values: list[str]) -> N
     except ValueError:
         got = None
     assert got == expected
+
+
+def test_a_fault_only_in_a_field_no_reader_uses_does_not_cost_the_line(tmp_path: Path) -> None:
+    """docs/store.md: bytes that are not UTF-8 inside a span event; the span is still read."""
+    (tmp_path / "traces").mkdir()
+    span = (b'{"traceId":"00000000000000000000000000000001","spanId":"0000000000000001","name":"w",'
+            b'"startTimeUnixNano":"1","endTimeUnixNano":"2","events":["\xff"]}')
+    (tmp_path / "traces" / "p-0-1.jsonl").write_bytes(
+        b'{"resourceSpans":[{"scopeSpans":[{"spans":[' + span + b"]}]}]}\n")
+    result = _reader.read_spans(tmp_path)
+    assert [s.name for s in result.spans] == ["w"] and result.skipped == []

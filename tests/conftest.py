@@ -71,6 +71,7 @@ _SLOW = (
     "test_import_graph.py",  # parses the whole tree, several times
     "test_semconv.py::test_the_package_spells_each_wire_name_only_in_the_vocabulary_module",
     "test_fuzz.py",  # hypothesis fuzzing of the readers and parsers
+    "store/test_typed_walk.py::test_the_typed_walk_yields_what_the_plain_walk_yields",
     "analysis/test_docs_goodput.py::test_the_worked_example_runs_and_checks_its_own_numbers",
     "check/test_check_command.py::test_installed_cli_runs_check_as_a_subprocess",
     "cli/test_report_cli.py::TestReport::test_the_installed_command_runs_without_a_progress_bar_in_a_pipe",

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from rlsight.analysis import _cache, analyze_columns
 from rlsight.analysis._read import read_span_columns
-from rlsight.store import _lines
+from rlsight.store import _reader
 
 
 def _read(run_dir: Path, cache: bool = True) -> dict[str, Any]:
@@ -49,15 +49,17 @@ def run_dir(run: RunBuilder, tmp_path: Path) -> Path:
 
 
 def _counting_parses(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Count the lines parsed from JSON from now on."""
+    """Count the lines handed to a parser from now on (typed or plain JSON, whichever reads them)."""
     calls: list[int] = []
-    real = _lines.loads()
+    real = _reader.numbered_lines
 
-    def counted(raw: bytes) -> Any:
-        calls.append(len(raw))
-        return real(raw)
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        for item in real(*args, **kwargs):
+            if isinstance(item, tuple):
+                calls.append(len(item[1]))
+            yield item
 
-    monkeypatch.setattr(_lines, "loads", lambda: counted)
+    monkeypatch.setattr(_reader, "numbered_lines", counted)
     return calls
 
 

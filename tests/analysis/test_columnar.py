@@ -147,3 +147,20 @@ def test_malformed_attribute_values_do_not_stop_the_analysis(run: RunBuilder):
     report = analyze(run)
     assert any("unknown rl.bucket value" in n for n in report.notes)
     assert report.summary.buckets.productive_ns == 0
+
+
+def test_shared_jobs_return_each_result_in_order_whoever_ran_it():
+    """This process from the front, the worker from the back: every job once, in order."""
+    from rlsight.analysis._read import shared_jobs
+
+    jobs = list(range(-300, 0))
+    arrived: list[int] = []
+    assert shared_jobs(abs, jobs, arrived.append) == [abs(j) for j in jobs]
+    assert sorted(arrived) == jobs
+
+
+def test_shared_jobs_without_a_worker_run_every_job_here(monkeypatch: pytest.MonkeyPatch):
+    from rlsight.analysis._read import shared_jobs
+
+    monkeypatch.setattr("sys.executable", "/bin/false")
+    assert shared_jobs(abs, [-1, -2, -3]) == [1, 2, 3]

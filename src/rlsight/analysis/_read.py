@@ -4,9 +4,10 @@ The store walks each request once (:func:`rlsight.store._reader.file_span_batche
 module projects the walked requests onto columns file by file, keeps each file's columns in
 the run's column cache (:mod:`rlsight.analysis._cache`) and reads from the JSON only what the
 cache does not cover. Parsing and walking JSON is most of the cost, so a large read is shared
-with a second process: the work is cut into two contiguous shards of about equal bytes, a
-worker process reads the second while this one reads the first. A worker that cannot start
-or fails leaves its shard to this process, so the result is always that of a serial read.
+with a second process (:func:`shared_jobs`): this one reads files from the first on, a worker
+process from the last back, until they meet, so neither waits for the other however long the
+worker takes to start. A worker that cannot start or fails leaves its files to this process,
+so the result is always that of a serial read.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 import pickle
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,8 +31,8 @@ from rlsight.store._reader import file_span_batches, not_otlp, trace_files
 from rlsight.store._schema import SkippedRecord
 
 __all__ = [
-    "PARALLEL_MIN_BYTES", "collect_worker", "gc_paused", "half_way", "read_span_columns", "start_worker",
-    "usable_cpus",
+    "PARALLEL_MIN_BYTES", "collect_worker", "gc_paused", "half_way", "read_span_columns", "shared_jobs",
+    "start_worker", "usable_cpus",
 ]
 
 #: Reads of more than this many bytes of JSON use a second process when two CPUs are available.
@@ -94,16 +96,6 @@ def _run_job(job: _Job) -> _Parsed:
     else:
         tail, tail_skipped = empty, []
     return _Parsed(body, body_skipped, end, lines, crc, tail, tail_skipped)
-
-
-def _run_jobs(jobs: Sequence[_Job], progress: Callable[[int], None] | None = None) -> list[_Parsed]:
-    out = []
-    with gc_paused():
-        for job in jobs:
-            out.append(_run_job(job))
-            if progress is not None:
-                progress(job.stop - job.start)
-    return out
 
 
 def read_span_columns(
@@ -190,25 +182,131 @@ def _parse(
     """Run ``jobs``, sharing them with a worker process when that pays."""
     done = [0]
 
-    def advance(size: int) -> None:
-        done[0] += size
+    def advance(job: _Job) -> None:
+        done[0] += job.stop - job.start
         if progress is not None:
             progress(done[0], total)
 
     if workers is None:
         workers = 2 if total > PARALLEL_MIN_BYTES and usable_cpus() > 1 else 1
-    if workers > 1 and len(jobs) > 1:
-        cut = half_way([job.stop - job.start for job in jobs])
-        worker = start_worker(_run_jobs, jobs[cut:])
-        if worker is not None:
-            first = _run_jobs(jobs[:cut], advance)
-            second = collect_worker(worker)
-            if not isinstance(second, list) or len(second) != len(jobs) - cut:  # the worker failed
-                second = _run_jobs(jobs[cut:], advance)
-            else:
-                advance(sum(job.stop - job.start for job in jobs[cut:]))
-            return dict(zip(jobs, [*first, *second], strict=True))
-    return dict(zip(jobs, _run_jobs(jobs, advance), strict=True))
+    with gc_paused():
+        if workers > 1 and len(jobs) > 1:
+            results = shared_jobs(_run_job, jobs, advance)
+        else:
+            results = []
+            for job in jobs:
+                results.append(_run_job(job))
+                advance(job)
+    return dict(zip(jobs, results, strict=True))
+
+
+def shared_jobs(run: Callable[[Any], Any], jobs: Sequence[Any],
+                done: Callable[[Any], None] | None = None) -> list[Any]:
+    """``[run(job) for job in jobs]``, this process taking jobs from the first on and a worker
+    process from the last back, until they meet: each side does what it has time for, so a
+    worker slow to start (imports) or a busy CPU does not leave this one waiting.
+
+    ``run`` is a module-level function (pickled by name). The worker announces each job it
+    starts and sends each result as it is done; this process takes a job only if the worker
+    has not started it, and waits for the worker's results from there on. A worker that
+    cannot start or dies leaves its jobs to this process, so the result is always that of a
+    serial run. ``done(job)`` is called here as each job's result arrives.
+    """
+    results: dict[int, Any] = {}
+    worker = start_worker(_stream_jobs, (run, list(jobs)))
+    channel = _Channel(worker) if worker is not None else None
+    try:
+        for index, job in enumerate(jobs):
+            if channel is not None and channel.started(index):
+                break  # the worker has this one and every later one
+            results[index] = run(job)
+            if done is not None:
+                done(job)
+        missing = [i for i in range(len(jobs)) if i not in results]
+        got = channel.wait(missing) if channel is not None else {}
+        for index in missing:
+            if index in got:
+                results[index] = got[index]
+            else:  # the worker failed: its share is done here
+                results[index] = run(jobs[index])
+            if done is not None:
+                done(jobs[index])
+    finally:
+        if channel is not None:
+            channel.close()
+    return [results[i] for i in range(len(jobs))]
+
+
+class _Channel:
+    """This process's end of a :func:`_stream_jobs` worker: a thread reads its frames."""
+
+    def __init__(self, worker: subprocess.Popen[bytes]) -> None:
+        self.worker = worker
+        self.lock = threading.Condition()
+        self.first_started = -1  # lowest job index the worker has started (it goes backwards)
+        self.results: dict[int, Any] = {}
+        self.ended = False
+        self.thread = threading.Thread(target=self._read, name="rlsight-read-worker", daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        stream = self.worker.stdout
+        assert stream is not None
+        try:
+            while True:
+                head = stream.read(9)
+                if len(head) < 9:
+                    return
+                kind, index = head[:1], int.from_bytes(head[1:5], "little")
+                size = int.from_bytes(head[5:], "little")
+                body = stream.read(size) if size else b""
+                if len(body) < size:
+                    return
+                with self.lock:
+                    if kind == b"s":
+                        self.first_started = index
+                    else:
+                        self.results[index] = pickle.loads(body)  # our own child process wrote it
+                    self.lock.notify_all()
+        except (OSError, ValueError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+            return
+        finally:
+            with self.lock:
+                self.ended = True
+                self.lock.notify_all()
+
+    def started(self, index: int) -> bool:
+        with self.lock:
+            return 0 <= self.first_started <= index
+
+    def wait(self, indices: list[int]) -> dict[int, Any]:
+        """The worker's results for ``indices``, as many as it delivers before it ends."""
+        with self.lock:
+            while not self.ended and not all(i in self.results for i in indices):
+                self.lock.wait()
+            return {i: self.results[i] for i in indices if i in self.results}
+
+    def close(self) -> None:
+        if self.worker.poll() is None:
+            self.worker.kill()  # still on a job this process has done
+        self.worker.wait()
+        self.thread.join()
+        if self.worker.stdout is not None:
+            self.worker.stdout.close()
+
+
+def _stream_jobs(payload: tuple[Callable[[Any], Any], list[Any]]) -> None:
+    """Worker side of :func:`shared_jobs`: jobs from the last back, each announced on stdout
+    (``s``, index) and its pickled result sent when done (``r``, index, length, bytes)."""
+    run, jobs = payload
+    out = sys.stdout.buffer
+    with gc_paused():
+        for index in range(len(jobs) - 1, -1, -1):
+            out.write(b"s" + index.to_bytes(4, "little") + (0).to_bytes(4, "little"))
+            out.flush()
+            body = pickle.dumps(run(jobs[index]), protocol=pickle.HIGHEST_PROTOCOL)
+            out.write(b"r" + index.to_bytes(4, "little") + len(body).to_bytes(4, "little") + body)
+            out.flush()
 
 
 def start_worker(task: Callable[[Any], Any], payload: Any) -> subprocess.Popen[bytes] | None:
@@ -259,7 +357,9 @@ def collect_worker(worker: subprocess.Popen[bytes]) -> Any:
 def _worker_main() -> None:
     """Entry point of the worker process: a pickled task on stdin, its pickled result on stdout."""
     task, payload = pickle.loads(sys.stdin.buffer.read())  # our own parent process wrote it
-    sys.stdout.buffer.write(pickle.dumps(task(payload), protocol=pickle.HIGHEST_PROTOCOL))
+    result = task(payload)
+    if task is not _stream_jobs:  # which sends its results as it goes
+        sys.stdout.buffer.write(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
     sys.stdout.buffer.flush()
 
 

@@ -150,65 +150,71 @@ def _strings(values: list[Any]) -> list[str | None]:
 
 
 @dataclass(slots=True)
-class _Batch:
-    """One batch of spans projected onto column lists, not yet added to the builder.
+class _MapRows:
+    """The analysis' reading of attribute maps, one row per map: what :func:`_project_maps`
+    makes of each, before the strings are interned."""
 
-    Projection may raise (an attribute the analysis reads is not OTLP); adding a projected
-    batch cannot, so a request is either read whole or skipped whole.
-    """
-
-    trace: Sequence[Any]
-    name: Sequence[Any]
-    start: Sequence[int]
-    end: Sequence[int]
-    status: Sequence[int]
-    resource: Sequence[int]
-    span_id: NDArray[np.uint64]
-    parent_id: NDArray[np.uint64]
     thread: list[int]
     bucket: list[str | None]
     group: list[str | None]
     concurrent: list[bool]
-    step_no: list[int]
+    step: list[int]
     batch_size: list[float]
     prompts: list[float]
-    kept: list[tuple[int, dict[str, AttributeValue]]]
+    grouped: list[bool]
+    """Whether the map carries ``rl.group_id`` (its spans keep their whole attribute dict)."""
 
 
-def _project(
-    trace: Sequence[Any], sid: Sequence[Any], pid: Sequence[Any], name: Sequence[Any],
-    start: Sequence[int], end: Sequence[int], status: Sequence[int], resource: Sequence[int],
-    attrs: Sequence[Mapping[str, Any]], *, raw: bool,
-) -> _Batch:
-    """The columns of one batch; ``raw``: attribute values are OTLP ``AnyValue`` mappings,
-    decoded here by the store's decoder (else they are decoded Python values)."""
+def _project_maps(maps: Sequence[Mapping[str, Any]], *, raw: bool) -> _MapRows:
+    """The attribute columns the analysis reads, for each map; ``raw``: values are OTLP
+    ``AnyValue`` mappings, decoded here by the store's decoder (else decoded Python values).
+
+    Raises:
+        ValueError: an attribute the analysis reads is not OTLP.
+    """
 
     def values(key: str) -> list[Any]:
-        column = [a.get(key) for a in attrs]
+        column = [a.get(key) for a in maps]
         return attribute_values(column) if raw else column
 
-    keep = [
-        (i, decode_attributes(a) if raw else dict(a))
-        for i, (n, a) in enumerate(zip(name, attrs, strict=True))
-        if n in _KEEP_ATTRIBUTES or GROUP_ID in a
-    ]
     threads = values(THREAD_ID)
-    steps = values(STEP)
-    return _Batch(
-        trace=trace, name=name, start=start, end=end, status=status, resource=resource,
-        span_id=_hex_ids(sid), parent_id=_hex_ids(pid),
+    return _MapRows(
         # Decoded OTLP integers are within int64 already: the common column passes as is.
         thread=(threads if raw and set(map(type, threads)) == {int}
                 else [0 if t is None else _integer(t, 0) for t in threads]),
         bucket=_strings(values(BUCKET)),
         group=_strings(values(SPAN_GROUP)),
         concurrent=[v is True for v in values(CONCURRENT)],
-        step_no=[NO_STEP if n != STEP_SPAN else _integer(v, NO_STEP)
-                 for n, v in zip(name, steps, strict=True)],
+        step=[_integer(v, NO_STEP) for v in values(STEP)],  # the step column reads it on step spans
         batch_size=_numbers(values(BATCH_SIZE)),
         prompts=_numbers(values(PROMPTS)),
-        kept=keep,
+        grouped=[GROUP_ID in a for a in maps],
     )
+
+
+@dataclass(slots=True)
+class _Batch:
+    """One batch of spans projected, not yet added to the builder.
+
+    Projection may raise (an attribute the analysis reads is not OTLP); adding a projected
+    batch cannot, so a request is either read whole or skipped whole.
+    """
+
+    trace: list[str]
+    name: list[str]
+    start: Sequence[int]
+    end: Sequence[int]
+    status: Sequence[int]
+    resource: Sequence[int]
+    span_id: NDArray[np.uint64]
+    parent_id: NDArray[np.uint64]
+    row: list[int]
+    """Each span's attribute row in the builder (rows from ``new_maps`` on are new)."""
+    new_maps: list[Mapping[str, Any]]
+    new_rows: _MapRows
+    kept: list[tuple[int, Mapping[str, AttributeValue]]]
+    decoded: dict[int, Mapping[str, AttributeValue]]
+    """Attribute rows decoded whole in this batch (for the kept spans)."""
 
 
 def _numbers(values: list[Any]) -> list[float]:
@@ -217,9 +223,43 @@ def _numbers(values: list[Any]) -> list[float]:
     return [math.nan if v is None else _number(v) for v in values]
 
 
+def _as_strs(values: Sequence[Any]) -> list[str]:
+    """``values`` as strings (a list of strings as it is: one C-level check)."""
+    if set(map(type, values)) <= {str}:
+        return values if isinstance(values, list) else list(values)
+    return [str(v) for v in values]
+
+
+def _append(column: array[Any], values: Sequence[Any]) -> None:
+    """Append ``values`` to ``column`` (a list in one step, twice as fast as item by item)."""
+    if type(values) is list:
+        column.fromlist(values)
+    else:
+        column.extend(values)
+
+
+def _codes(keys: list[str], table: dict[str, int]) -> list[int]:
+    """The codes of ``keys`` in ``table``, new keys numbered in the order first seen."""
+    local: dict[str, int] = dict.fromkeys(keys, 0)
+    for key in local:
+        local[key] = table.setdefault(key, len(table))
+    if len(local) == 1:
+        return [local[keys[0]]] * len(keys)
+    return list(map(local.__getitem__, keys))
+
+
+#: Attribute maps the builder remembers by identity; past this many it forgets them (a run
+#: whose every span has its own attributes must not keep every map alive).
+_MAPS_REMEMBERED: Final = 65_536
+
+
 @dataclass(slots=True)
 class ColumnBuilder:
     """Accumulates projected batches in typed arrays; :meth:`finish` makes the numpy columns.
+
+    The attribute columns are kept once per distinct attribute map (*row*), and each span
+    holds its map's row: the store hands spans that repeat an attribute list one shared map,
+    so each list is read by the analysis rules once, however many spans carry it.
 
     Columns are ``array.array`` rather than lists: the garbage collector walks every item of a
     list on each full collection, which at a million spans per column costs more than the read.
@@ -231,24 +271,29 @@ class ColumnBuilder:
     span_id: list[NDArray[np.uint64]] = field(default_factory=list)
     parent_id: list[NDArray[np.uint64]] = field(default_factory=list)
     name: array[int] = field(default_factory=lambda: array("q"))
-    group: array[int] = field(default_factory=lambda: array("q"))
-    bucket: array[int] = field(default_factory=lambda: array("b"))
-    concurrent: array[int] = field(default_factory=lambda: array("b"))
     process: array[int] = field(default_factory=lambda: array("q"))
-    thread: array[int] = field(default_factory=lambda: array("q"))
-    step_no: array[int] = field(default_factory=lambda: array("q"))
-    batch_size: array[float] = field(default_factory=lambda: array("d"))
-    prompts: array[float] = field(default_factory=lambda: array("d"))
     status: array[int] = field(default_factory=lambda: array("q"))
+    row: array[int] = field(default_factory=lambda: array("q"))
+    row_thread: array[int] = field(default_factory=lambda: array("q"))
+    row_bucket: array[int] = field(default_factory=lambda: array("b"))
+    row_group: array[int] = field(default_factory=lambda: array("q"))
+    row_concurrent: array[int] = field(default_factory=lambda: array("b"))
+    row_step: array[int] = field(default_factory=lambda: array("q"))
+    row_batch_size: array[float] = field(default_factory=lambda: array("d"))
+    row_prompts: array[float] = field(default_factory=lambda: array("d"))
+    row_grouped: list[bool] = field(default_factory=list)
+    row_decoded: dict[int, Mapping[str, AttributeValue]] = field(default_factory=dict)
+    rows_of: dict[int, int] = field(default_factory=dict)
+    """id() of a remembered map -> its row; ``held`` keeps those maps alive (ids stay theirs)."""
+    held: list[Mapping[str, Any]] = field(default_factory=list)
     names: dict[str, int] = field(default_factory=dict)
     groups: dict[str, int] = field(default_factory=lambda: {"": 0})
     traces: dict[str, int] = field(default_factory=dict)
     processes: dict[str, int] = field(default_factory=dict)
     resources: list[Mapping[str, AttributeValue]] = field(default_factory=list)
     kept: dict[int, Mapping[str, AttributeValue]] = field(default_factory=dict)
-    source_file: array[int] = field(default_factory=lambda: array("i"))
-    source_line: array[int] = field(default_factory=lambda: array("i"))
-    source_slot: array[int] = field(default_factory=lambda: array("i"))
+    sources: list[tuple[int, int, int]] = field(default_factory=list)
+    """(file, line, spans) of each batch read from a file, in order."""
     files: dict[str, int] = field(default_factory=dict)
 
     def add_process(self, resource: Mapping[str, AttributeValue]) -> int:
@@ -265,68 +310,131 @@ class ColumnBuilder:
         Raises:
             ValueError: an attribute the analysis reads is not OTLP (nothing is appended).
         """
-        projected = _project(
+        projected = self._project(
             batch.trace_id, batch.span_id, batch.parent_span_id, batch.name, batch.start_ns,
-            batch.end_ns, batch.status_code, batch.resource, batch.attributes, raw=True)
+            batch.end_ns, batch.status_code, batch.resource, batch.attribute_sets,
+            batch.attribute_set, raw=True)
         self._add(projected, [self.add_process(r) for r in batch.resources])
-        n = len(batch)
-        self.source_file.extend([self.files.setdefault(batch.path, len(self.files))] * n)
-        self.source_line.extend([batch.line] * n)
-        self.source_slot.extend(range(n))
+        self.sources.append((self.files.setdefault(batch.path, len(self.files)), batch.line, len(batch)))
+
+    def _project(
+        self, trace: Sequence[Any], sid: Sequence[Any], pid: Sequence[Any], name: Sequence[Any],
+        start: Sequence[int], end: Sequence[int], status: Sequence[int], resource: Sequence[int],
+        maps: Sequence[Mapping[str, Any]], map_of: Sequence[int] | None, *, raw: bool,
+    ) -> _Batch:
+        """The batch's columns; span ``i``'s attributes are ``maps[map_of[i]]`` (``maps[i]``
+        when ``map_of`` is None). Maps this builder has read before keep their rows; the
+        others are read now (and may raise: then nothing of the batch is added)."""
+        rows: list[int] = []
+        new_maps: list[Mapping[str, Any]] = []
+        rows_of, first_new = self.rows_of, len(self.row_grouped)
+        for m in maps:
+            known = rows_of.get(id(m))
+            if known is None:
+                known = first_new + len(new_maps)
+                new_maps.append(m)
+            rows.append(known)
+        new_rows = _project_maps(new_maps, raw=raw)
+        row = rows if map_of is None else list(map(rows.__getitem__, map_of))
+        # Spans named for keeping and spans of a map with rl.group_id keep their whole dict.
+        distinct = dict.fromkeys(name)  # raises for a name that is not a string or number
+        grouped = self.row_grouped
+        group_of = [grouped[r] if r < first_new else new_rows.grouped[r - first_new] for r in rows]
+        kept: list[tuple[int, Mapping[str, AttributeValue]]] = []
+        decoded: dict[int, Mapping[str, AttributeValue]] = {}
+        if not distinct.keys().isdisjoint(_KEEP_ATTRIBUTES) or any(group_of):
+            for i, n in enumerate(name):
+                j = i if map_of is None else map_of[i]
+                if n in _KEEP_ATTRIBUTES or group_of[j]:
+                    r = rows[j]
+                    whole = self.row_decoded.get(r, decoded.get(r))
+                    if whole is None:
+                        whole = decoded[r] = decode_attributes(maps[j]) if raw else dict(maps[j])
+                    kept.append((i, whole))
+        return _Batch(
+            trace=_as_strs(trace), name=_as_strs(name), start=start, end=end, status=status,
+            resource=resource, span_id=_hex_ids(sid), parent_id=_hex_ids(pid), row=row,
+            new_maps=new_maps, new_rows=new_rows, kept=kept, decoded=decoded,
+        )
 
     def _add(self, batch: _Batch, processes: list[int]) -> None:
         """Append a projected batch; ``processes`` maps its resource numbers to processes."""
         first = len(self.start)
-        traces, names, groups = self.traces, self.names, self.groups
-        self.trace.extend([traces.setdefault(str(t), len(traces)) for t in batch.trace])
-        self.name.extend([names.setdefault(str(n), len(names)) for n in batch.name])
-        self.group.extend([0 if g is None else groups.setdefault(g, len(groups)) for g in batch.group])
-        # -2 marks a bucket value that is not one of the four; finish() counts and clears it.
-        self.bucket.extend([-1 if b is None else BUCKET_CODES.get(b, -2) for b in batch.bucket])
-        self.start.extend(batch.start)
-        self.end.extend(batch.end)
-        self.status.extend(batch.status)
-        self.process.extend([processes[r] for r in batch.resource])
+        _append(self.trace, _codes(batch.trace, self.traces))
+        _append(self.name, _codes(batch.name, self.names))
+        _append(self.start, batch.start)
+        _append(self.end, batch.end)
+        _append(self.status, batch.status)
+        _append(self.process, [processes[0]] * len(batch.resource) if len(processes) == 1
+                else [processes[r] for r in batch.resource])
         self.span_id.append(batch.span_id)
         self.parent_id.append(batch.parent_id)
-        self.thread.extend(batch.thread)
-        self.concurrent.extend(batch.concurrent)
-        self.step_no.extend(batch.step_no)
-        self.batch_size.extend(batch.batch_size)
-        self.prompts.extend(batch.prompts)
+        _append(self.row, batch.row)
+        if len(self.rows_of) + len(batch.new_maps) > _MAPS_REMEMBERED:
+            self.rows_of.clear()
+            self.held.clear()
+        new = batch.new_rows
+        for number, m in enumerate(batch.new_maps, len(self.row_grouped)):
+            self.rows_of[id(m)] = number
+            self.held.append(m)
+        self.row_grouped += new.grouped
+        _append(self.row_thread, new.thread)
+        groups = self.groups
+        _append(self.row_group, [0 if g is None else groups.setdefault(g, len(groups)) for g in new.group])
+        # -2 marks a bucket value that is not one of the four; finish() counts and clears it.
+        _append(self.row_bucket, [-1 if b is None else BUCKET_CODES.get(b, -2) for b in new.bucket])
+        _append(self.row_concurrent, new.concurrent)
+        _append(self.row_step, new.step)
+        _append(self.row_batch_size, new.batch_size)
+        _append(self.row_prompts, new.prompts)
+        self.row_decoded.update(batch.decoded)
         for i, attrs in batch.kept:
             self.kept[first + i] = attrs
 
-    def _no_source(self) -> None:
-        """Mark the spans added so far beyond the located ones as read from no file."""
-        missing = len(self.start) - len(self.source_file)
-        for column in (self.source_file, self.source_line, self.source_slot):
-            column.extend([-1] * missing)
+    def _located(self) -> tuple[NDArray[np.int32], NDArray[np.int32], NDArray[np.int32]]:
+        """Each span's (file, line, slot among the line's spans); -1s for the spans added
+        without a source (from rows, which come after every located span)."""
+        located = sum(n for _, _, n in self.sources)
+        table = np.asarray(self.sources or [(0, 0, 0)], dtype=np.int64).reshape(-1, 3)
+        sizes = table[:, 2]
+        starts = np.repeat(np.cumsum(sizes) - sizes, sizes)
+        missing = np.full(len(self.start) - located, -1, dtype=np.int32)
+        return (np.concatenate([np.repeat(table[:, 0], sizes).astype(np.int32), missing]),
+                np.concatenate([np.repeat(table[:, 1], sizes).astype(np.int32), missing]),
+                np.concatenate([(np.arange(located) - starts).astype(np.int32), missing]))
 
     def finish(self) -> SpanColumns:
         def ids(parts: list[NDArray[np.uint64]]) -> NDArray[np.uint64]:
             return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
 
-        self._no_source()
-        bucket = np.frombuffer(self.bucket, dtype=np.int8).copy()
+        def rows(column: array[Any], dtype: Any) -> NDArray[Any]:
+            return np.frombuffer(column, dtype=dtype)[row] if len(column) else np.zeros(len(row), dtype)
+
+        source_file, source_line, source_slot = self._located()
+        row = np.frombuffer(self.row, dtype=np.int64)
+        bucket = rows(self.row_bucket, np.int8)
         invalid = bucket == -2
         bucket[invalid] = -1
-
+        name = np.frombuffer(self.name, dtype=np.int64).copy()
+        step_no = np.full(len(name), NO_STEP, dtype=np.int64)
+        if STEP_SPAN in self.names:
+            is_step = name == self.names[STEP_SPAN]
+            step_no[is_step] = rows(self.row_step, np.int64)[is_step]
         return SpanColumns(
             start=np.frombuffer(self.start, dtype=np.int64).copy(),
             end=np.frombuffer(self.end, dtype=np.int64).copy(),
             trace=np.frombuffer(self.trace, dtype=np.int64).copy(),
             span_id=ids(self.span_id),
             parent_id=ids(self.parent_id),
-            name=np.frombuffer(self.name, dtype=np.int64).copy(),
-            group=np.frombuffer(self.group, dtype=np.int64).copy(),
+            name=name,
+            group=rows(self.row_group, np.int64),
             bucket=bucket,
-            concurrent=np.frombuffer(self.concurrent, dtype=np.int8).astype(np.bool_),
+            concurrent=rows(self.row_concurrent, np.int8).astype(np.bool_),
             process=np.frombuffer(self.process, dtype=np.int64).copy(),
-            thread=np.frombuffer(self.thread, dtype=np.int64).copy(),
-            step_no=np.frombuffer(self.step_no, dtype=np.int64).copy(),
-            batch_size=np.frombuffer(self.batch_size, dtype=np.float64).copy(),
-            prompts=np.frombuffer(self.prompts, dtype=np.float64).copy(),
+            thread=rows(self.row_thread, np.int64),
+            step_no=step_no,
+            batch_size=rows(self.row_batch_size, np.float64),
+            prompts=rows(self.row_prompts, np.float64),
             status=np.clip(np.frombuffer(self.status, dtype=np.int64), -128, 127).astype(np.int8),
             names=list(self.names),
             groups=list(self.groups),
@@ -334,9 +442,7 @@ class ColumnBuilder:
             resources=self.resources,
             process_keys=list(self.processes),
             kept_attributes=self.kept,
-            source_file=np.frombuffer(self.source_file, dtype=np.int32).copy(),
-            source_line=np.frombuffer(self.source_line, dtype=np.int32).copy(),
-            source_slot=np.frombuffer(self.source_slot, dtype=np.int32).copy(),
+            source_file=source_file, source_line=source_line, source_slot=source_slot,
             source_files=list(self.files),
             invalid_buckets=int(invalid.sum()),
         )
@@ -350,7 +456,7 @@ def _hex_ids(ids: Sequence[Any]) -> NDArray[np.uint64]:
     """
     if not ids:
         return np.zeros(0, dtype=np.uint64)
-    joined = "".join(ids) if all(type(i) is str for i in ids) else ""
+    joined = "".join(ids) if set(map(type, ids)) <= {str} else ""
     if len(joined) == 16 * len(ids):
         try:
             return np.frombuffer(bytes.fromhex(joined), dtype=">u8").astype(np.uint64)
@@ -399,8 +505,8 @@ def span_columns_from_rows(rows: list[Row], resources: Sequence[Mapping[str, Att
     processes = [builder.add_process(r) for r in resources]
     if rows:
         trace, sid, pid, name, start, end, status, resource, attrs = zip(*rows, strict=True)
-        builder._add(_project(trace, sid, pid, name, start, end, status, resource, attrs, raw=False),
-                     processes)
+        builder._add(builder._project(trace, sid, pid, name, start, end, status, resource, attrs,
+                                      None, raw=False), processes)
     return builder.finish()
 
 

@@ -23,7 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from rlsight.errors import StoreError
-from rlsight.store._lines import PARSE_ERRORS, LineCursor, int64, int64s, json_lines, numbered_json
+from rlsight.store._lines import (
+    PARSE_ERRORS,
+    LineCursor,
+    int64,
+    int64s,
+    json_lines,
+    loads,
+    numbered_lines,
+    parse_line,
+)
 from rlsight.store._manifest import SUPPORTED_STORE_FORMATS, read_manifest
 from rlsight.store._schema import AttributeValue, SkippedRecord, SpanRecord
 
@@ -185,9 +194,12 @@ class SpanBatch:
 
     ``resource[i]`` indexes :attr:`resources` (the request's decoded resource attributes).
     Ids and names are as written (a root's parent id is ``""``); times, status codes and kinds
-    are validated int64; ``attributes[i]`` maps each key to its raw OTLP ``AnyValue``, decoded
-    on demand with :func:`attribute_values` / :func:`decode_attributes`, so a reader that needs
-    three keys does not pay for thirty.
+    are validated int64. Span ``i``'s attributes are ``attribute_sets[attribute_set[i]]``, a
+    map of each key to its raw OTLP ``AnyValue``, decoded on demand with
+    :func:`attribute_values` / :func:`decode_attributes`, so a reader that needs three keys
+    does not pay for thirty. Spans whose attribute lists were written byte for byte alike
+    share one map (most spans of a run repeat a few lists), so a reader that decodes per map
+    does it once per distinct list. The maps are shared: read them, never change them.
     """
 
     path: str
@@ -203,10 +215,23 @@ class SpanBatch:
     status_code: list[int]
     status_message: list[str]
     kind: list[int]
-    attributes: list[dict[str, Any]]
+    attribute_sets: list[dict[str, Any]]
+    attribute_set: list[int]
 
     def __len__(self) -> int:
         return len(self.name)
+
+    @property
+    def attributes(self) -> list[dict[str, Any]]:
+        """Each span's raw attribute map, in span order."""
+        sets = self.attribute_sets
+        return [sets[i] for i in self.attribute_set]
+
+
+def _attribute_map(kvs: Any) -> dict[str, Any]:
+    """An OTLP attribute list (as parsed JSON) as key -> raw ``AnyValue``; raises one of
+    PARSE_ERRORS if it is not a list of key/value objects."""
+    return {kv["key"]: kv.get("value") for kv in kvs or ()}
 
 
 def _walk_spans(request: Any, path: str, line: int) -> SpanBatch:
@@ -233,8 +258,83 @@ def _walk_spans(request: Any, path: str, line: int) -> SpanBatch:
         status_code=int64s([st.get("code", 0) for st in statuses]),
         status_message=[str(st.get("message", "")) for st in statuses],
         kind=int64s([s.get("kind", 1) for s in spans]),
-        attributes=[{kv["key"]: kv.get("value") for kv in s.get("attributes") or ()} for s in spans],
+        attribute_sets=[_attribute_map(s.get("attributes")) for s in spans],
+        attribute_set=list(range(len(spans))),
     )
+
+
+#: Attribute lists remembered per file read (raw bytes -> map); past this many, forgotten.
+_MEMO_LISTS = 4096
+
+
+class _TypedWalk:
+    """:func:`_walk_spans` for a line decoded by msgspec into :mod:`rlsight.store._typed`
+    types, for the lines of one read: the same batch, several times faster.
+
+    Each distinct attribute list (as raw bytes) is parsed once per read and its map shared
+    by every span that repeats it. A line the types refuse, or whose attribute lists or
+    resources do not parse, raises; the caller then walks it the generic way, which gives
+    the line's answer (the same batch, or the reason it is skipped).
+    """
+
+    def __init__(self) -> None:
+        from rlsight.store import _typed
+
+        self.decode = _typed.decoder().decode
+        self.errors = (*PARSE_ERRORS, *_typed.DECODE_ERRORS)
+        self.no_status = _typed.Status()
+        self.parse = loads()
+        self.lists: dict[bytes, dict[str, Any]] = {}
+
+    def __call__(self, raw: bytes, path: str, line: int) -> SpanBatch:
+        request = self.decode(raw)
+        parse = self.parse
+        resources: list[dict[str, AttributeValue]] = []
+        owner: list[int] = []
+        spans: list[Any] = []
+        for rs in request.resource_spans:
+            index = len(resources)
+            resources.append(_attributes(parse(bytes(rs.resource)).get("attributes")))
+            for ss in rs.scope_spans:
+                got = ss.spans
+                spans += got
+                owner += [index] * len(got)
+        raws = [bytes(s.attributes) for s in spans]
+        local: dict[bytes, Any] = dict.fromkeys(raws)
+        sets: list[dict[str, Any]] = []
+        known = self.lists
+        for number, text in enumerate(local):
+            local[text] = number
+            found = known.get(text)
+            if found is None:
+                found = _attribute_map(parse(text) if text else None)
+                if len(known) >= _MEMO_LISTS:
+                    known.clear()
+                known[text] = found
+            sets.append(found)
+        statuses = [s.status for s in spans]
+        if statuses.count(None) == len(statuses):  # the usual case: no span has a status
+            codes: list[int] = [0] * len(statuses)
+            messages: list[str] = [""] * len(statuses)
+        else:
+            no_status = self.no_status
+            given = [st or no_status for st in statuses]
+            codes = int64s([st.code for st in given])
+            messages = [st.message for st in given]
+        return SpanBatch(
+            path=path, line=line, resources=resources, resource=owner,
+            trace_id=[s.trace_id for s in spans],
+            span_id=[s.span_id for s in spans],
+            parent_span_id=[s.parent_span_id for s in spans],
+            name=[s.name for s in spans],
+            start_ns=int64s([s.start_time_unix_nano for s in spans]),
+            end_ns=int64s([s.end_time_unix_nano for s in spans]),
+            status_code=codes,
+            status_message=messages,
+            kind=int64s([s.kind for s in spans]),
+            attribute_sets=sets,
+            attribute_set=list(map(local.__getitem__, raws)),
+        )
 
 
 def store_files(run_dir: Path, kind: str) -> list[Path]:
@@ -277,17 +377,42 @@ def file_span_batches(
     only: Collection[int] | None = None,
 ) -> Iterator[SpanBatch | SkippedRecord]:
     """:func:`span_batches` of one file, optionally of its bytes [start, stop) or of some
-    lines only (see :func:`rlsight.store._lines.numbered_json`)."""
+    lines only (see :func:`rlsight.store._lines.numbered_json`).
+
+    Where msgspec is installed, a line is first decoded into typed structs
+    (:class:`_TypedWalk`); a line that does not decode that way, and every line without
+    msgspec, is parsed and walked as plain JSON. Both give the same batch for a line.
+    """
     name = str(path)
-    for item in numbered_json(path, start, stop, cursor, only):
+    typed = _typed_walk()
+    parse = loads()
+    for item in numbered_lines(path, start, stop, cursor, only):
         if isinstance(item, SkippedRecord):
             yield item
             continue
-        number, request = item
+        number, raw = item
+        if typed is not None:
+            try:
+                yield typed(raw, name, number)
+                continue
+            except typed.errors:
+                pass  # not the usual shape: the generic walk judges the line
+        parsed = parse_line(parse, path, number, raw)
+        if isinstance(parsed, SkippedRecord):
+            yield parsed
+            continue
         try:
-            yield _walk_spans(request, name, number)
+            yield _walk_spans(parsed[1], name, number)
         except PARSE_ERRORS as exc:
             yield not_otlp(name, number, exc)
+
+
+def _typed_walk() -> _TypedWalk | None:
+    """A typed walk for one read, or None where msgspec is not installed."""
+    try:
+        return _TypedWalk()
+    except ImportError:  # the core install walks plain JSON
+        return None
 
 
 def not_otlp(path: str, line: int, exc: BaseException) -> SkippedRecord:
@@ -298,21 +423,19 @@ def not_otlp(path: str, line: int, exc: BaseException) -> SkippedRecord:
 def span_records(batch: SpanBatch) -> list[SpanRecord]:
     """One :class:`SpanRecord` per span of ``batch``; raises if an attribute is not OTLP.
 
-    Attributes are decoded a key at a time over the batch (:func:`attribute_values`), each
-    record keeping its span's own key order.
+    Each distinct attribute map is decoded once (:func:`decode_attributes`, which keeps the
+    span's own key order) and each record gets its own copy.
     """
-    attrs = batch.attributes
-    decoded = {key: attribute_values([a.get(key) for a in attrs])
-               for key in dict.fromkeys(k for a in attrs for k in a)}
+    decoded = [decode_attributes(a) for a in batch.attribute_sets]
     resources = batch.resources
     return [
         SpanRecord(trace_id=t, span_id=s, parent_span_id=p or None, name=n, start_ns=a, end_ns=b,
-                   attributes={k: v for k in raw if (v := decoded[k][i]) is not None},
-                   resource=resources[r], status_code=c, status_message=m, kind=kind)
-        for i, (t, s, p, n, a, b, raw, r, c, m, kind) in enumerate(zip(
+                   attributes=dict(decoded[i]), resource=resources[r], status_code=c,
+                   status_message=m, kind=kind)
+        for t, s, p, n, a, b, i, r, c, m, kind in zip(
             batch.trace_id, batch.span_id, batch.parent_span_id, batch.name, batch.start_ns,
-            batch.end_ns, attrs, batch.resource, batch.status_code, batch.status_message,
-            batch.kind, strict=True))
+            batch.end_ns, batch.attribute_set, batch.resource, batch.status_code,
+            batch.status_message, batch.kind, strict=True)
     ]
 
 

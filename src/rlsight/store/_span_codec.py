@@ -24,7 +24,6 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 from opentelemetry.trace.status import StatusCode
 
-from rlsight._readable import PlainAttributes
 from rlsight.store._otlp_json import (
     _INT64_MAX,
     _INT64_MIN,
@@ -259,7 +258,7 @@ class SpanCodec:
                 f'"startTimeUnixNano":"{start}","endTimeUnixNano":"{end}","attributes":['
             )
             attrs: Any = span._attributes
-            plain = type(attrs) is PlainAttributes
+            plain = type(attrs) is dict  # a LeanSpan's, until an attribute is set on it
             if attrs:
                 which: Literal[1, 2] = 1  # hit[1]: the first KeyValue; hit[2]: the rest
                 # Unpacked, so the items iterator reuses its tuple: no allocation per value.

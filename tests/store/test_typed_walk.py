@@ -1,0 +1,197 @@
+"""The typed decode (msgspec structs) reads every line exactly as the plain JSON walk does.
+
+``store._reader.file_span_batches`` decodes a line into typed structs first and walks it as
+plain JSON only when the types refuse it. These tests hold the two to the same answer, on
+well-formed OTLP in any key order and with any int64 spelling, and on lines that are wrong in
+every place a reader looks: the same batches, the same columns, the same skipped lines.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rlsight.analysis._read import read_span_columns
+from rlsight.store import _reader
+from rlsight.store._lines import int64, int64s
+from rlsight.store._schema import SkippedRecord
+
+_ODD = (st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False)
+        | st.text(max_size=4))
+_INT64 = st.integers(-(2**63), 2**63 - 1)
+_HEX = st.text("0123456789abcdef", min_size=16, max_size=16)
+
+
+def _mostly(good: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """``good``, and now and then a value of the wrong kind (so most lines stay readable)."""
+    return st.integers(0, 15).flatmap(lambda k: _ODD if k == 0 else good)
+
+
+def _int_field(draw: st.DrawFn, value: int) -> Any:
+    """An int64 as OTLP writes it (a decimal string), as a number, or something wrong."""
+    return draw(_mostly(st.sampled_from([str(value), value, str(value), f" {value}", f"+{value}"])))
+
+
+@st.composite
+def _any_value(draw: st.DrawFn) -> Any:
+    good = st.one_of(
+        st.text(max_size=6).map(lambda s: {"stringValue": s}),
+        _INT64.map(lambda i: {"intValue": str(i)}),
+        _INT64.map(lambda i: {"intValue": i}),
+        st.floats(allow_nan=False).map(lambda f: {"doubleValue": f}),
+        st.booleans().map(lambda b: {"boolValue": b}),
+        st.lists(st.text(max_size=3).map(lambda s: {"stringValue": s}), max_size=2).map(
+            lambda v: {"arrayValue": {"values": v}}),
+        st.just({}),
+    )
+    return draw(_mostly(good) | st.dictionaries(st.sampled_from(["stringValue", "intValue", "x"]), _ODD,
+                                                 max_size=2))
+
+
+@st.composite
+def _span(draw: st.DrawFn) -> dict[str, Any]:
+    keys = ["thread.id", "rl.bucket", "rl.span_group", "rl.step", "rl.group_id", "rl.batch_size",
+            "rl.concurrent", "user.key"]
+    start = draw(st.integers(0, 2**62))
+    span: dict[str, Any] = {
+        "traceId": draw(_mostly(st.sampled_from(["0" * 31 + "1", "0" * 31 + "2"]))),
+        "spanId": draw(_mostly(_HEX)),
+        "name": draw(_mostly(st.sampled_from(["rl.step", "work", "rl.worker.load_model", "rl.discard"]))),
+        "startTimeUnixNano": _int_field(draw, start),
+        "endTimeUnixNano": _int_field(draw, start + draw(st.integers(0, 10**9))),
+        "attributes": draw(_mostly(st.lists(st.builds(lambda k, v: {"key": k, "value": v},
+                                                      st.sampled_from(keys), _any_value()), max_size=4))),
+    }
+    status = st.fixed_dictionaries({}, optional={"code": _mostly(st.integers(0, 2)),
+                                                 "message": _mostly(st.text(max_size=3))})
+    for key, value in (("parentSpanId", _mostly(_HEX | st.just(""))), ("kind", _mostly(st.integers(0, 5))),
+                       ("status", _mostly(status)),
+                       ("events", st.lists(_ODD, max_size=2)), ("flags", _ODD)):
+        if draw(st.booleans()):
+            span[key] = draw(value)
+    if draw(st.integers(0, 9)) == 0:  # now and then a required field goes missing
+        del span[draw(st.sampled_from(sorted(span)))]
+    return span
+
+
+@st.composite
+def _line(draw: st.DrawFn) -> str:
+    resource = {"attributes": [{"key": "service.instance.id", "value": {"stringValue": "r/driver/0/1"}},
+                               {"key": "rl.rank", "value": {"intValue": "0"}}]}
+    # Spans that repeat an attribute list: the typed walk shares one map between them.
+    spans = draw(st.lists(_span(), max_size=5))
+    spans += [dict(s, spanId=f"{i:016x}") for i, s in enumerate(spans[:2])]
+    request: Any = {"resourceSpans": [{"resource": draw(_mostly(st.just(resource))),
+                                       "scopeSpans": [{"scope": {"name": "rlsight"}, "spans": spans}]}]}
+    seed = draw(st.integers(0, 2**32))
+    return json.dumps(_shuffled(request, random.Random(seed)))
+
+
+def _shuffled(value: Any, rng: random.Random) -> Any:
+    """``value`` with every object's keys in another order (OTLP/JSON leaves it free)."""
+    if isinstance(value, dict):
+        items = list(value.items())
+        rng.shuffle(items)
+        return {k: _shuffled(v, rng) for k, v in items}
+    if isinstance(value, list):
+        return [_shuffled(v, rng) for v in value]
+    return value
+
+
+def _batches(path: Path, typed: bool, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """What the walk yields for ``path``, each batch with its attributes spread per span."""
+    with monkeypatch.context() as m:
+        if not typed:
+            m.setattr(_reader, "_typed_walk", lambda: None)
+        out: list[Any] = []
+        for item in _reader.file_span_batches(path):
+            if isinstance(item, SkippedRecord):
+                out.append(item)
+            else:
+                fields = {f: getattr(item, f) for f in item.__slots__ if not f.startswith("attribute_")}
+                out.append((fields, item.attributes))
+        return out
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(_line(), min_size=1, max_size=4))
+def test_the_typed_walk_yields_what_the_plain_walk_yields(
+        lines: list[str], tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Same batches (ids, times, statuses, each span's attributes) and same skipped lines."""
+    run_dir = tmp_path_factory.mktemp("walk")
+    (run_dir / "traces").mkdir()
+    path = run_dir / "traces" / "p-0-1.jsonl"
+    path.write_text("".join(line + "\n" for line in lines))
+    assert _batches(path, True, monkeypatch) == _batches(path, False, monkeypatch)
+    typed = read_span_columns(run_dir, workers=1, cache=False)
+    with monkeypatch.context() as m:
+        m.setattr(_reader, "_typed_walk", lambda: None)
+        plain = read_span_columns(run_dir, workers=1, cache=False)
+    assert typed[1] == plain[1] and typed[2] == plain[2]
+    assert _comparable(typed[0]) == _comparable(plain[0])
+
+
+def _comparable(cols: Any) -> dict[str, Any]:
+    out = {}
+    for name in cols.__slots__:
+        value = getattr(cols, name)
+        out[name] = value.tolist() if hasattr(value, "tolist") else value
+    out["batch_size"] = [repr(v) for v in out["batch_size"]]  # NaN != NaN
+    out["prompts"] = [repr(v) for v in out["prompts"]]
+    return out
+
+
+def test_spans_repeating_an_attribute_list_share_one_map(tmp_path: Path) -> None:
+    """The typed walk reads a repeated attribute list once: one map, indexed by each span."""
+    assert _reader._typed_walk() is not None  # msgspec is installed with the analysis extra
+    attrs = [{"key": "rl.bucket", "value": {"stringValue": "productive"}}]
+    spans = [{"traceId": "0" * 31 + "1", "spanId": f"{i:016x}", "name": "work", "startTimeUnixNano": "1",
+              "endTimeUnixNano": "2", "attributes": attrs if i < 3 else []} for i in range(4)]
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}) + "\n")
+    (batch,) = list(_reader.file_span_batches(path))
+    assert not isinstance(batch, SkippedRecord)
+    assert batch.attribute_set == [0, 0, 0, 1]
+    assert batch.attribute_sets == [{"rl.bucket": {"stringValue": "productive"}}, {}]
+    records = _reader.span_records(batch)
+    assert records[0].attributes == {"rl.bucket": "productive"}
+    assert records[0].attributes is not records[1].attributes  # each record owns its dict
+
+
+_DIGITS = "0123456789"
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.one_of(
+    st.integers(-(2**64), 2**64).map(str),
+    st.text(_DIGITS + " +-_,.e[]\n\u0661", max_size=6),
+    st.integers(0, 10**19).map(lambda i: f"{i:019d}"),
+), min_size=1, max_size=6))
+def test_int64s_reads_a_column_as_int64_reads_each_value(values: list[str]) -> None:
+    """The column conversion (one JSON array through msgspec) agrees with int64 value by value."""
+    try:
+        expected: list[int] | None = [int64(v) for v in values]
+    except ValueError:
+        expected = None
+    try:
+        got: list[int] | None = int64s(values)
+    except ValueError:
+        got = None
+    assert got == expected
+
+
+def test_a_fault_only_in_a_field_no_reader_uses_does_not_cost_the_line(tmp_path: Path) -> None:
+    """docs/store.md: bytes that are not UTF-8 inside a span event; the span is still read."""
+    (tmp_path / "traces").mkdir()
+    span = (b'{"traceId":"00000000000000000000000000000001","spanId":"0000000000000001","name":"w",'
+            b'"startTimeUnixNano":"1","endTimeUnixNano":"2","events":["\xff"]}')
+    (tmp_path / "traces" / "p-0-1.jsonl").write_bytes(
+        b'{"resourceSpans":[{"scopeSpans":[{"spans":[' + span + b"]}]}]}\n")
+    result = _reader.read_spans(tmp_path)
+    assert [s.name for s in result.spans] == ["w"] and result.skipped == []

@@ -22,6 +22,7 @@ import contextlib
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,7 @@ def round_trip(config: TelemetryConfig, quick: bool) -> dict[str, object]:
             }
             # Many short rounds: the shared machine's load drifts, and interleaving follows it.
             samples = _interleaved(variants, number=20 if quick else 40, rounds=5 if quick else 31)
+            costs = _argument_costs(quick)
     finally:
         ray.shutdown()
     pairs = [
@@ -165,7 +167,69 @@ def round_trip(config: TelemetryConfig, quick: bool) -> dict[str, object]:
         paired[label] = round(value, 3)
         print(f"  paired {label:<44} {value:8.3f}x  (median of per-round ratios)")
     doc["paired_ratios"] = paired
+    if costs is not None:
+        doc["argument_costs"] = ratio_table(
+            "where one more keyword goes: the Python half of a Ray call, per piece (CPU of the "
+            "calling thread; the wall ratios above are noisy on a shared machine, these are not)",
+            costs,
+            [("serialise: dict carrier / packed", "driver: serialise dict carrier",
+              "driver: serialise packed carrier"),
+             ("deserialise: dict carrier / packed", "worker: deserialise dict carrier",
+              "worker: deserialise packed carrier")],
+        )
     return doc
+
+
+def _argument_costs(quick: bool) -> dict[str, Result] | None:
+    """What one more keyword costs Ray's Python code on each side, for each form of the carrier.
+
+    Ray sends a keyword as two arguments (its name, then its value), serialises each on the
+    caller and deserialises each in the worker; these are those steps, timed one by one with
+    Ray's own serialisation context, plus the decorated callee's own work. They read Ray
+    internals, so a Ray that moved them skips the table rather than the benchmark.
+    """
+    import ray
+
+    try:
+        worker = ray._private.worker.global_worker
+        context = worker.get_serialization_context()
+
+        def stored(value: object) -> tuple[object, object]:
+            data, metadata = worker.core_worker.get_objects([ray.put(value)], -1)[0][:2]
+            return data, metadata
+
+        def deserialise(value: object) -> Callable[[], object]:
+            data, metadata = stored(value)
+            return lambda: context._deserialize_object(data, metadata, None, None)
+
+        def plain(x: int) -> int:
+            return x
+
+        decorated = accepts_trace_context(plain)
+        with umbrella_span(RL.STEP, "rl.bench.step"):
+            carrier = current_trace_carrier()
+            packed = _packed_carrier()
+            dict_kwargs = {TRACE_CONTEXT_KWARG: carrier}
+            packed_kwargs = {TRACE_CONTEXT_KWARG: packed}
+            pieces: dict[str, Callable[[], object]] = {
+                "driver: trace_context_kwargs()": trace_context_kwargs,
+                "driver: serialise the keyword's name": lambda: context.serialize(TRACE_CONTEXT_KWARG),
+                "driver: serialise dict carrier": lambda: context.serialize(carrier),
+                "driver: serialise packed carrier": lambda: context.serialize(packed),
+                "worker: deserialise the keyword's name": deserialise(TRACE_CONTEXT_KWARG),
+                "worker: deserialise dict carrier": deserialise(carrier),
+                "worker: deserialise packed carrier": deserialise(packed),
+                "worker: decorated call, no carrier": lambda: decorated(1),
+                "worker: decorated call, dict carrier": lambda: decorated(1, **dict_kwargs),
+                "worker: decorated call, packed carrier": lambda: decorated(1, **packed_kwargs),
+            }
+            for piece in pieces.values():
+                piece()
+    except Exception as exc:  # Ray internals moved: the round-trip figures above still stand
+        print(f"  (per-piece costs skipped: {type(exc).__name__}: {exc})")
+        return None
+    return compare(pieces, number=500 if quick else 5_000, rounds=5 if quick else 9,
+                   clock=time.thread_time_ns)
 
 
 def _interleaved(

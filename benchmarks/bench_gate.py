@@ -5,9 +5,12 @@ cheaper than OpenTelemetry's own no-op tracer ``start_as_current_span``; enabled
 within 1.2x of a raw SDK span through the same processor.
 
 Disabled costs are measured as inline statements (``timeit``), since a wrapper call would
-cost more than what is measured. The enabled span is compared with a raw SDK span twice: bare,
-and carrying the same wire attributes rlsight stamps (``rl.span_group``, ``rl.bucket``,
-``thread.id``), which is what writing it by hand would cost. rlsight's spans go through the
+cost more than what is measured. The reference row beside them is an empty function of
+``span()``'s own signature: CPython 3.11 cannot specialise a call to a function with
+``**kwargs`` and allocates its dict on every call, so that row is the floor any disabled
+``span(group, name, /, **attributes)`` stands on. The enabled span is compared with a raw
+SDK span twice: bare, and carrying the same wire attributes rlsight stamps (``rl.span_group``,
+``rl.bucket``, ``thread.id``), which is what writing it by hand would cost. rlsight's spans go through the
 driver's start-record and step roll-up processors as well, which the raw spans skip. The
 lean start (issue #16) is compared with the same helper through ``tracer.start_span``. Enabled
 spans are timed twice, on CPU clocks (steadier than wall time on a shared machine): the calling
@@ -29,7 +32,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _harness import compare, compare_statements, emit_json, parse_args, ratio_table
 
 import rlsight
-from rlsight import RL, TelemetryConfig, span
+from rlsight import RL, TelemetryConfig, record_span, span
+
+
+def _empty_with_kwargs(group: str, name: str, /, **attributes: object) -> None:
+    """The floor: what CPython 3.11 charges to call a function of span()'s signature."""
 
 
 def disabled(quick: bool) -> dict[str, object]:
@@ -37,11 +44,14 @@ def disabled(quick: bool) -> dict[str, object]:
 
     namespace: dict[str, object] = {
         "flags": {"generation": False}, "G": RL.GENERATION, "span": span, "noop": NoOpTracer(),
+        "record_span": record_span, "floor": _empty_with_kwargs,
     }
     res = compare_statements(
         {
             "dict.get": 'flags.get(G)',
+            "ref: empty def f(a, b, /, **kw) (call)": 'floor(G, "rl.rollout.generate")',
             "rlsight span() disabled (call)": 'span(G, "rl.rollout.generate")',
+            "rlsight record_span() disabled (call)": 'record_span(G, "rl.rollout.generate", 1.0, 2.0)',
             "rlsight with span() disabled": 'with span(G, "rl.rollout.generate"): pass',
             "otel no-op with start_as_current_span":
                 'with noop.start_as_current_span("rl.rollout.generate"): pass',
@@ -54,6 +64,11 @@ def disabled(quick: bool) -> dict[str, object]:
         "disabled span (telemetry set up, group off)", res,
         [
             ("span() call / dict.get (target <= 3)", "rlsight span() disabled (call)", "dict.get"),
+            ("ref: empty **kw function / dict.get (the floor)", "ref: empty def f(a, b, /, **kw) (call)",
+             "dict.get"),
+            ("span() call / empty **kw function", "rlsight span() disabled (call)",
+             "ref: empty def f(a, b, /, **kw) (call)"),
+            ("record_span() call / dict.get", "rlsight record_span() disabled (call)", "dict.get"),
             ("with span() / dict.get", "rlsight with span() disabled", "dict.get"),
             ("otel no-op with / rlsight with (target >= 20)", "otel no-op with start_as_current_span",
              "rlsight with span() disabled"),

@@ -237,6 +237,28 @@ class TestGate:
         with capture_telemetry(span_groups=[ALL]):
             assert not is_span_group_enabled(_fresh("unknown"))
 
+    @given(specs=st.lists(st.lists(st.sampled_from([ALL, "per_step", "minimal", *sorted(_RL_ALL)]),
+                                   max_size=4), min_size=1, max_size=4))
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    def test_span_helpers_follow_every_spec_change(self, specs: list[list[str]]) -> None:
+        """span() binds the gate's off-set once: the gate must update that set, never rebind it."""
+        from rlsight import record_span, span, umbrella_span
+        from rlsight._span_manager import NOOP
+
+        groups = sorted(_RL_ALL - {"efficiency"})  # span(RL.EFFICIENCY) warns by design
+        expected_records = 0
+        with capture_telemetry(span_groups=["minimal"]) as capture:
+            for spec in specs:
+                enabled = set_span_group_spec(spec).enabled
+                for group in groups:
+                    assert (span(group, "rl.test.gate") is NOOP) == (group not in enabled)
+                    assert (umbrella_span(group, "rl.test.gate") is NOOP) == (group not in enabled)
+                record_span("generation", "rl.test.gate_record", 1.0, 2.0)
+                expected_records += "generation" in enabled
+                assert capture.span_names().count("rl.test.gate_record") == expected_records
+        for group in groups:
+            assert span(group, "rl.test.gate") is NOOP
+
 
 # -- registration ----------------------------------------------------------------------------
 

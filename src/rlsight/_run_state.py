@@ -27,10 +27,11 @@ __all__ = ["RunState"]
 class RunState:
     """One runtime's helper state; see the module docstring for why it is not global."""
 
-    #: Carriers :func:`rlsight.current_trace_carrier` built, by span id: (trace id, carrier).
-    carriers: dict[int, tuple[int, dict[str, str]]] = field(default_factory=dict)
-    #: Remote parents parsed from carriers, by (traceparent, tracestate).
-    remote_spans: dict[tuple[str, str | None], NonRecordingSpan] = field(default_factory=dict)
+    #: Carriers :func:`rlsight.current_trace_carrier` built, by span id: (trace id, carrier,
+    #: the same carrier packed as bytes for a Ray call).
+    carriers: dict[int, tuple[int, dict[str, str], bytes]] = field(default_factory=dict)
+    #: Remote parents parsed from carriers, by (traceparent, tracestate), or by the packed bytes.
+    remote_spans: dict[tuple[str, str | None] | bytes, NonRecordingSpan] = field(default_factory=dict)
     #: ``Class.method`` names Ray refused the carrier keyword for (they are then called without).
     undecorated: set[str] = field(default_factory=set)
     #: Whether the driver has looked at Ray's job runtime_env yet (to warn when workers would

@@ -99,7 +99,10 @@ class _Gate:
         self.enabled: frozenset[str] = frozenset()
         # Registered groups that are off: ``span()`` returns its no-op after this one test,
         # and only a name in neither set (never registered: a typo) reaches the warning.
-        self.off: frozenset[str] = frozenset()
+        # One set for the life of the process, updated in place and never rebound, so span
+        # helpers bind it once as a module global: a disabled ``span()`` then tests it with
+        # one global load instead of a global load plus an attribute load.
+        self.off: set[str] = set()
         self.active = False
         # name -> group, for the bucket and umbrella flag on the enabled path.
         self.groups: dict[str, SpanGroup] = {}
@@ -160,9 +163,13 @@ class _Registry:
     def publish(self) -> None:
         self.resolution = self.resolve(self.spec)
         enabled = self.resolution.enabled if GATE.active else frozenset()
-        # ``off`` first: a group between the two assignments is in neither set for a moment,
-        # and the unknown-group path re-checks the registry before it warns.
-        GATE.off = frozenset(GATE.groups).difference(enabled)
+        # ``off`` first, in place: groups turning off join it before ``enabled`` drops them
+        # (in both sets for a moment: off wins), groups turning on leave it before ``enabled``
+        # gains them (in neither set for a moment: the unknown-group path finds them in the
+        # registry and returns the no-op without a warning).
+        now_off = set(GATE.groups).difference(enabled)
+        GATE.off.update(now_off)
+        GATE.off.intersection_update(now_off)
         GATE.enabled = enabled
 
 

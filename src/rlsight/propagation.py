@@ -5,7 +5,9 @@ span a worker opens starts a trace of its own. The two halves are wired by hand:
 
 * the caller sends a W3C carrier (``traceparent``/``tracestate`` in a dict) as one extra
   keyword argument: :func:`dispatch_with_trace_context` or
-  ``handle.method.remote(..., **trace_context_kwargs())``;
+  ``handle.method.remote(..., **trace_context_kwargs())``. Dispatch sends the same carrier
+  packed as bytes (``traceparent``, then ``,tracestate`` when there is one): Ray passes bytes
+  through without serialising them, which a dict costs it on both sides of every call;
 * the callee is decorated with :func:`accepts_trace_context`, which pops that keyword and
   attaches the context for the duration of the call.
 
@@ -51,6 +53,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: read-only: the same dict is handed to every call made while its span is current.
 TraceCarrier: TypeAlias = dict[str, str]
 
+#: Between the traceparent and the tracestate of a packed carrier; a traceparent has no comma.
+_PACKED_SEPARATOR: Final = ","
+
 #: The keyword argument that carries the context into a decorated callee. Private-looking on
 #: purpose (like Ray's own ``_ray_trace_ctx``): it must never collide with a user's argument.
 TRACE_CONTEXT_KWARG: Final = "_rlsight_trace_ctx"
@@ -93,6 +98,12 @@ def current_trace_carrier() -> TraceCarrier | None:
     The carrier is built once per span and the same dict is returned while that span is
     current; do not modify it.
     """
+    built = _built_carrier()
+    return None if built is None else built[1]
+
+
+def _built_carrier() -> tuple[int, TraceCarrier, bytes] | None:
+    """(trace id, carrier, carrier packed) of the current span, built once per span."""
     runtime = _runtime._ACTIVE
     if runtime is None:
         return None
@@ -101,15 +112,18 @@ def current_trace_carrier() -> TraceCarrier | None:
     carriers = runtime.run_state.carriers
     cached = carriers.get(span_id)
     if cached is not None and cached[0] == context.trace_id:
-        return cached[1]
+        return cached
     if not context.is_valid:
         return None
     carrier: TraceCarrier = {}
     _PROPAGATOR.inject(carrier)
+    parent = carrier.get("traceparent", "")
+    state = carrier.get("tracestate")
+    packed = (parent + _PACKED_SEPARATOR + state if state else parent).encode()
     if len(carriers) >= _CARRIER_CACHE_LIMIT:
         carriers.clear()
-    carriers[span_id] = (context.trace_id, carrier)
-    return carrier
+    built = carriers[span_id] = (context.trace_id, carrier, packed)
+    return built
 
 
 def trace_context_kwargs() -> dict[str, TraceCarrier]:
@@ -174,6 +188,9 @@ def dispatch_with_trace_context(method: _SupportsRemote, /, *args: Any, **kwargs
     or a ``@ray.remote`` function. Returns what ``.remote`` returns (an ``ObjectRef``, or an
     ``ObjectRefGenerator`` for a streaming method).
 
+    The carrier travels packed as bytes, the form Ray passes through without serialising
+    it; :func:`accepts_trace_context` reads it as it reads the dict.
+
     Ray validates arguments against the callee's signature when ``.remote`` is called, and
     raises ``TypeError: got an unexpected keyword argument '_rlsight_trace_ctx'`` for a
     callee that is not decorated with :func:`accepts_trace_context`. Then the call is
@@ -185,8 +202,8 @@ def dispatch_with_trace_context(method: _SupportsRemote, /, *args: Any, **kwargs
     """
     # A traced_handle's method would add the carrier itself: dispatch to what it wraps.
     method = getattr(method, "_rlsight_untraced", method)
-    carrier = current_trace_carrier()
-    if carrier is None or TRACE_CONTEXT_KWARG in kwargs:
+    built = _built_carrier()
+    if built is None or TRACE_CONTEXT_KWARG in kwargs:
         return method.remote(*args, **kwargs)
     _check_ray_runtime_env()
     runtime = _runtime._ACTIVE
@@ -194,7 +211,7 @@ def dispatch_with_trace_context(method: _SupportsRemote, /, *args: Any, **kwargs
     undecorated = runtime.run_state.undecorated if runtime is not None else set()
     if undecorated and _method_name(method) in undecorated:
         return method.remote(*args, **kwargs)
-    kwargs[TRACE_CONTEXT_KWARG] = carrier
+    kwargs[TRACE_CONTEXT_KWARG] = built[2]
     try:
         return method.remote(*args, **kwargs)
     except TypeError as exc:
@@ -250,6 +267,7 @@ def _malformed(where: str, reason: str, depth: int) -> Context:
 def _carrier_context(carrier: object, where: str, depth: int) -> Context | None:
     """The context to attach for ``carrier``; ``None`` when it carries no trace at all.
 
+    ``carrier`` is a dict, or the bytes :func:`dispatch_with_trace_context` packs it into.
     ``depth`` counts the frames between the caller's line and this function, so a warning
     points at that line.
 
@@ -257,8 +275,10 @@ def _carrier_context(carrier: object, where: str, depth: int) -> Context | None:
     boundary and may hold anything, and the propagator assumes string values and logs once
     per call on a bad ``tracestate``, where this warns once per callee and starts a new root.
     """
+    if isinstance(carrier, bytes):
+        return _packed_context(carrier, where, depth + 1)
     if not isinstance(carrier, dict):
-        return _malformed(where, f"expected a dict, got {_describe(carrier)}", depth)
+        return _malformed(where, f"expected a dict or packed bytes, got {_describe(carrier)}", depth)
     if not carrier:
         return None
     try:
@@ -272,7 +292,31 @@ def _carrier_context(carrier: object, where: str, depth: int) -> Context | None:
         return _malformed(where, f"traceparent is {_describe(parent)}, not a str", depth)
     if state is not None and not isinstance(state, str):
         return _malformed(where, f"tracestate is {_describe(state)}, not a str", depth)
-    key = (parent, state)
+    return _remote_context((parent, state), parent, state, where, depth + 1)
+
+
+def _packed_context(packed: bytes, where: str, depth: int) -> Context | None:
+    """:func:`_carrier_context` for a carrier packed as ``traceparent[,tracestate]`` bytes."""
+    if not packed:
+        return None
+    runtime = _runtime._ACTIVE
+    span = runtime.run_state.remote_spans.get(packed) if runtime is not None else None
+    if span is not None:  # one step's fan-out, a stream: parsed once
+        return _trace.set_span_in_context(span)
+    if len(packed) > _TRACEPARENT_MAX + 1 + _TRACESTATE_MAX:
+        return _malformed(where, f"packed carrier of {len(packed)} bytes", depth)
+    try:
+        text = packed.decode()
+    except UnicodeDecodeError:
+        return _malformed(where, f"packed carrier {_describe(repr(packed))} is not text", depth)
+    parent, separator, state = text.partition(_PACKED_SEPARATOR)
+    return _remote_context(packed, parent, state if separator else None, where, depth + 1)
+
+
+def _remote_context(
+    key: tuple[str, str | None] | bytes, parent: str, state: str | None, where: str, depth: int
+) -> Context:
+    """The context of the remote span ``parent``/``state``, parsed once per ``key``."""
     runtime = _runtime._ACTIVE
     remote_spans = runtime.run_state.remote_spans if runtime is not None else {}
     span = remote_spans.get(key)

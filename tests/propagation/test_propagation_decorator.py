@@ -227,6 +227,101 @@ def test_spans_inside_the_call_are_children_of_the_callers_span(capture: Capture
     assert child.parent is not None and child.parent.span_id == step.get_span_context().span_id
 
 
+# -- the packed carrier dispatch sends -------------------------------------------------------
+
+def _packed_now() -> bytes:
+    """What dispatch_with_trace_context sends for the current span (Ray passes bytes as they are)."""
+    from rlsight.propagation import _built_carrier
+
+    built = _built_carrier()
+    assert built is not None
+    return built[2]
+
+
+class _Remote:
+    """Anything with ``.remote`` is a dispatch target (docs); this one keeps what it is sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+    def remote(self, *args: Any, **kwargs: Any) -> None:
+        self.sent.append((args, kwargs))
+
+
+def test_dispatch_sends_the_packed_carrier_and_the_callee_joins_the_trace(capture: Capture) -> None:
+    from rlsight.propagation import dispatch_with_trace_context
+
+    target = _Remote()
+    with umbrella_span(RL.STEP, "rl.test.step") as step:
+        dispatch_with_trace_context(target, 3)
+        carrier = current_trace_carrier()
+    assert carrier is not None
+    ((args, kwargs),) = target.sent
+    assert kwargs == {TRACE_CONTEXT_KWARG: carrier["traceparent"].encode()}
+    # Run later, outside the caller's span, as a Ray worker would.
+    assert Worker().sync(*args, **kwargs) == (3, (step.get_span_context().trace_id,
+                                                  step.get_span_context().span_id))
+
+
+def test_the_packed_carrier_is_the_dict_carrier_packed(capture: Capture) -> None:
+    with span(RL.TRAINING, "rl.test.parent"):
+        carrier, packed = current_trace_carrier(), _packed_now()
+    assert carrier is not None and packed == carrier["traceparent"].encode()
+
+
+@pytest.mark.parametrize("method", ["sync", "coro", "gen", "agen"])
+def test_a_packed_carrier_parents_every_kind_of_callee_like_the_dict(capture: Capture, method: str) -> None:
+    worker = Worker()
+
+    def call(carrier: object) -> tuple[int, int]:
+        kwargs = {TRACE_CONTEXT_KWARG: carrier}
+        if method == "sync":
+            return worker.sync(1, **kwargs)[1]
+        if method == "coro":
+            return asyncio.run(worker.coro(1, **kwargs))[1]
+        if method == "gen":
+            return next(iter(worker.gen(1, **kwargs)))[1]
+
+        async def first() -> tuple[int, int]:
+            async for _, ids in worker.agen(1, **kwargs):
+                return ids
+            raise AssertionError("empty")
+        return asyncio.run(first())
+
+    with umbrella_span(RL.STEP, "rl.test.step") as step:
+        carrier, packed = current_trace_carrier(), _packed_now()
+    ids = (step.get_span_context().trace_id, step.get_span_context().span_id)
+    assert call(packed) == ids == call(carrier)
+
+
+def test_a_packed_carrier_keeps_the_tracestate(capture: Capture) -> None:
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+    @accepts_trace_context
+    def state() -> list[tuple[str, str]]:
+        return list(trace.get_current_span().get_span_context().trace_state.items())
+
+    assert state(**{TRACE_CONTEXT_KWARG: f"{parent},a=1,b=2".encode()}) == [("a", "1"), ("b", "2")]
+    assert state(**{TRACE_CONTEXT_KWARG: f"{parent},a=1,b=2".encode()}) == [("a", "1"), ("b", "2")]
+    assert state(**{TRACE_CONTEXT_KWARG: parent.encode()}) == []
+
+
+@pytest.mark.parametrize(
+    "packed",
+    [b"not-a-traceparent", b"\xff\xfe", b"00-00000000000000000000000000000000-b7ad6b7169203331-01",
+     b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01,=bad", b"0" * 2000],
+    ids=["garbage", "not-text", "zero-trace", "bad-tracestate", "huge"],
+)
+def test_a_malformed_packed_carrier_warns_and_runs_as_a_new_root(packed: bytes) -> None:
+    with capture_telemetry():
+        with span(RL.TRAINING, "rl.test.local_parent"):
+            with pytest.warns(RlsightWarning, match="echo received a malformed trace carrier"):
+                echo(1, **{TRACE_CONTEXT_KWARG: packed})
+            with pytest.warns(RlsightWarning, match="malformed"):
+                _, ids = Worker().sync(1, **{TRACE_CONTEXT_KWARG: packed})
+    assert ids == (0, 0)
+
+
 # -- hostile input -------------------------------------------------------------------------
 
 def test_the_malformed_carrier_warning_names_the_callee_and_points_at_the_call(capture: Capture) -> None:
@@ -244,6 +339,7 @@ _hex = st.text("0123456789abcdef", min_size=0, max_size=34)
 _traceparents = st.builds(lambda *parts: "-".join(parts), _hex, _hex, _hex, _hex) | st.text(max_size=70)
 _carriers = (
     _json
+    | st.text("0123456789abcdef-,=a ", max_size=120).map(str.encode)
     | st.fixed_dictionaries({"traceparent": _traceparents | _json})
     | st.fixed_dictionaries(
         {"traceparent": _traceparents, "tracestate": st.text(max_size=1200) | _json}

@@ -228,7 +228,8 @@ _junk = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner, max_size=3),
     max_leaves=8,
 )
-_carriers = _junk | st.fixed_dictionaries(
+_packed = st.binary(max_size=80) | st.text("0123456789abcdef-,=", max_size=80).map(str.encode)
+_carriers = _junk | _packed | st.fixed_dictionaries(
     {"traceparent": st.text("0123456789abcdef-", max_size=60) | _junk, "tracestate": st.text(max_size=700)}
 )
 

@@ -105,12 +105,19 @@ def live_spans(spans: list[ReadableSpan], now: int, resource: Any) -> LiveSpans:
     except AttributeError:  # an SDK that stores spans differently: the public properties
         contexts, parents, names, starts, ends = (
             list(column) for column in zip(*map(_PUBLIC_FIELDS, spans), strict=True))
-        attributes = [span_attributes(s) for s in spans]
+        attributes = [_attributes_dict(s) for s in spans]
     else:
         if not _DICT.issuperset(map(type, attributes)):  # an SDK span's storage, or none
-            attributes = [a if type(a) is dict else span_attributes(s)
+            attributes = [a if type(a) is dict else _attributes_dict(s)
                           for s, a in zip(spans, attributes, strict=True)]
     return LiveSpans(contexts, parents, names, starts, ends, attributes, now, resource)
+
+
+def _attributes_dict(span: ReadableSpan) -> dict[str, Any]:
+    """``span``'s attributes as a ``dict``, which the columns read with ``dict.get`` in C-level
+    passes: the SDK's own storage where it is one, else a copy (never mutated)."""
+    attrs = span_attributes(span)
+    return attrs if isinstance(attrs, dict) else dict(attrs)
 
 
 class StepRollupProcessor(SpanProcessor):

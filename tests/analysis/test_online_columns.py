@@ -87,3 +87,18 @@ def test_spans_with_plain_and_bounded_attributes_are_read_alike():
     assert cols.thread.tolist() == [5, 9, 3]
     assert cols.bucket.tolist() == [BUCKET_CODES["idle"], BUCKET_CODES["idle"], BUCKET_CODES["productive"]]
     assert np.array_equal(cols.end >= cols.start, [True] * 3)
+
+
+def test_attributes_stored_as_another_mapping_are_read_as_a_dict():
+    # A span type that keeps its attributes in some other mapping (here a read-only proxy)
+    # is read through a dict copy: the columns' C-level passes take only dicts.
+    from types import MappingProxyType
+
+    from opentelemetry.sdk.trace import ReadableSpan
+
+    span = ReadableSpan(name="rl.rollout.generate", context=SpanContext(1, 2, False),
+                        start_time=1, end_time=2)
+    span._attributes = MappingProxyType({"rl.bucket": "productive", "thread.id": 7})
+    cols = live_columns(live_spans([span], 5, {}))
+    assert cols.bucket.tolist() == [BUCKET_CODES["productive"]]
+    assert cols.thread.tolist() == [7]

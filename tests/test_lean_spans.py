@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk import trace as sdk_trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
-from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import NonRecordingSpan, SpanContext, StatusCode, TraceFlags
 
 import rlsight
@@ -27,16 +29,40 @@ from rlsight.spans import record_span, span, step_span, umbrella_span
 
 
 class _CountingIds(IdGenerator):
-    """Ids from a counter: both runs draw the same sequence."""
+    """Ids from a counter: both runs draw the same sequence.
+
+    Only the thread that builds it counts: a thread left running by an earlier test (a server, a
+    watchdog) that starts a span meanwhile gets a random id instead of shifting the sequence.
+    """
 
     def __init__(self) -> None:
         self._next = itertools.count(1)
+        self._owner = threading.get_ident()
+        self._other = RandomIdGenerator()
 
     def generate_span_id(self) -> int:
+        if threading.get_ident() != self._owner:
+            return self._other.generate_span_id()
         return 0x1000 + next(self._next)
 
     def generate_trace_id(self) -> int:
+        if threading.get_ident() != self._owner:
+            return self._other.generate_trace_id()
         return 0xABC000 + next(self._next)
+
+
+def _test_thread_clock() -> Callable[[], int]:
+    """A clock that ticks by 1 us per read on this thread and reads the real one elsewhere.
+
+    Both runs must see the same sequence of times; under load, another thread reading the SDK's
+    clock mid-run (a leftover from an earlier test) would otherwise take a tick from the count.
+    """
+    owner, clock, real = threading.get_ident(), itertools.count(1_700_000_000_000_000_000, 1_000), \
+        sdk_trace.time_ns
+
+    def time_ns() -> int:
+        return next(clock) if threading.get_ident() == owner else real()
+    return time_ns
 
 
 def _program(user: trace.Tracer) -> None:
@@ -84,8 +110,7 @@ def _stored_spans(run_dir: Path) -> list[str]:
 
 
 def _run(run_dir: Path, lean: bool, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    clock = itertools.count(1_700_000_000_000_000_000, 1_000)
-    monkeypatch.setattr(sdk_trace, "time_ns", lambda: next(clock))
+    monkeypatch.setattr(sdk_trace, "time_ns", _test_thread_clock())
     tel = rlsight.setup_telemetry(TelemetryConfig(run_dir=str(run_dir), run_id="lean-test",
                                                   span_groups=["all"], strict=True))
     try:

@@ -157,7 +157,10 @@ def test_generation_seconds_follow_tokens_over_decode_rate(faulty: DemoRun) -> N
             if rank == KILLED and step == KILLED_AT - 1 and step not in tokens:
                 continue  # recorded just before the SIGKILL: lost with the process's last 200 ms
             expected = tokens[step] / rate
-            assert seconds == pytest.approx(expected, rel=0.15), (step, rank)
+            # The shaped wait is a sleep, which never returns early: the known part is a floor.
+            # Above it come the sampling itself and the wake-up after the sleep, which a loaded
+            # machine stretches by tens of milliseconds whatever the step's size.
+            assert expected * 0.999 <= seconds <= expected * 1.15 + 0.1, (step, rank, seconds, expected)
             checked += 1
     assert checked >= STEPS * 3 - (STEPS - KILLED_AT + 1) - 1
 

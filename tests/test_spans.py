@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -685,6 +686,22 @@ class TestNamedHelpers:
         with capture_telemetry(span_groups=["generation"]) as cap:
             step_span(9)
             assert cap.runtime.current_step == 9
+
+    @pytest.mark.parametrize("enabled", [True, False], ids=["telemetry_on", "telemetry_off"])
+    @pytest.mark.parametrize("step", [None, "first", [1]])
+    def test_step_span_without_a_step_number_is_a_type_error_naming_the_fix(
+        self, step: object, enabled: bool
+    ) -> None:
+        """Not an int TypeError from deep inside: the argument, the value and the fix, the
+        same with telemetry on or off."""
+        context = capture_telemetry() if enabled else contextlib.nullcontext()
+        with context, pytest.raises(TypeError, match=r"step_span\(step\): step must be .* an int; got .*global_step"):
+            step_span(step)  # type: ignore[arg-type]
+
+    def test_step_span_takes_what_int_takes(self, capture: Capture) -> None:
+        with step_span("5"), step_span(6.0):  # type: ignore[arg-type]
+            pass
+        assert sorted(_attrs(s)["rl.step"] for s in capture.spans() if s.name == "rl.step") == [5, 6]
 
     def test_job_and_startup_spans_are_umbrellas(self, capture: Capture) -> None:
         with job_span(), startup_span():

@@ -242,19 +242,41 @@ class _StepSpan(LiveSpan):
         super().finish(exc)
 
 
+def _step_number(step: Any) -> int:
+    """``step`` as the int ``rl.step``, or a TypeError that names the fix.
+
+    Checked whether or not telemetry is on, so a loop that passes no step number fails the
+    same way in a run without telemetry as with it, not only once telemetry is switched on.
+    """
+    if type(step) is int:
+        return step
+    try:
+        return int(step)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"step_span(step): step must be the training step number, an int; got {step!r}. "
+            "Pass the loop's step counter, e.g. `with step_span(global_step):`"
+        ) from None
+
+
 def step_span(step: int, /, **attributes: Any) -> SpanContextManager:
     """``rl.step`` with the int attribute ``rl.step``: one training step on the controller.
 
     Also sets the runtime's current step, which the logging bridge stamps on log records
     (``rl_step``), even when the ``step`` group is off.
+
+    Raises:
+        TypeError: ``step`` is not an int or something ``int()`` turns into one (``None``,
+            ``"first"``), with telemetry on or off.
     """
+    number = _step_number(step)
     rt = _runtime._ACTIVE
     if RL.STEP not in GATE.enabled:
         if rt is not None:
-            rt.current_step = int(step)
+            rt.current_step = number
         return NOOP
-    attributes["step"] = int(step)
-    return _StepSpan(int(step), attributes)
+    attributes["step"] = number
+    return _StepSpan(number, attributes)
 
 
 def load_model_span(backend: str, /, **attributes: Any) -> SpanContextManager:

@@ -86,6 +86,26 @@ class TestOtlpJson:
         assert attrs["rl.model"] == {"stringValue": "m"}
         assert attrs["rl.lengths"] == {"arrayValue": {"values": [{"intValue": "1"}, {"intValue": "2"}]}}
 
+    def test_a_map_or_none_set_on_a_span_is_written_as_its_otlp_exporter_sends_it(
+        self, run_dir: Path
+    ) -> None:
+        """``set_attribute`` with a dict or None (OpenTelemetry's AnyValue): a ``kvlistValue``
+        and the empty value, as a collector receives them, not Python's text of the value."""
+        with capture_telemetry(run_dir=run_dir):
+            with span("generation", "rl.test.child") as s:
+                s.set_attribute("cfg", {"lr": 0.5, "layers": [1, 2]})
+                s.set_attribute("gone", None)
+        (child,) = _all_spans(_trace_lines(run_dir))
+        attrs = {kv["key"]: kv["value"] for kv in child["attributes"]}
+        assert attrs["cfg"] == {"kvlistValue": {"values": [
+            {"key": "lr", "value": {"doubleValue": 0.5}},
+            {"key": "layers", "value": {"arrayValue": {"values": [{"intValue": "1"}, {"intValue": "2"}]}}},
+        ]}}
+        assert attrs["gone"] == {}
+        (read,) = read_spans(run_dir).spans
+        assert json.loads(str(read.attributes["cfg"])) == {"lr": 0.5, "layers": [1, 2]}
+        assert "gone" not in read.attributes
+
     def test_error_status_is_code_2_with_the_message(self, run_dir: Path) -> None:
         with capture_telemetry(run_dir=run_dir), pytest.raises(ValueError):
             with span("generation", "rl.test.fail"):

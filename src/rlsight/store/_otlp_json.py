@@ -69,6 +69,13 @@ def any_value(v: object) -> dict[str, Any]:
         return {"stringValue": v}
     if isinstance(v, Sequence) and not isinstance(v, (bytes, bytearray)):
         return {"arrayValue": {"values": [any_value(x) for x in v]}}
+    # The SDK keeps a map or a None that ``span.set_attribute`` was given (OpenTelemetry's
+    # AnyValue); they are written as its OTLP exporter sends them, so the store and a
+    # collector hold the same value: a map as ``kvlistValue``, None as the empty value.
+    if v is None:
+        return {}
+    if isinstance(v, Mapping):
+        return {"kvlistValue": {"values": [{"key": str(k), "value": any_value(x)} for k, x in v.items()]}}
     return {"stringValue": str(v)}
 
 

@@ -201,8 +201,8 @@ def test_a_plain_asgi_app_keeps_the_trace(starlette_url: str, traced_clients: No
 
 def test_one_httpx_client_alone_can_be_instrumented(fastapi_url: str) -> None:
     with capture_telemetry() as cap, httpx.Client() as traced, httpx.Client() as plain:
-        instrument_httpx(traced)
-        instrument_httpx(traced)
+        assert instrument_httpx(traced) is traced  # so `client = instrument_httpx(httpx.Client())` works
+        assert instrument_httpx(traced) is traced
         with umbrella_span(RL.ROLLOUT, "rl.test.caller"):
             traced.post(fastapi_url + "/score", json={})
             plain.post(fastapi_url + "/score", json={})

@@ -154,6 +154,10 @@ def adopt_existing_timers_logs_and_http(timing_raw: dict[str, float]) -> None:
     record_efficiency_seconds("idle/refit_bubble", 1.5)
     instrument_logging()
     instrument_httpx()
+    import httpx
+
+    one_client: httpx.AsyncClient = instrument_httpx(httpx.AsyncClient())
+    assert one_client is not None
     instrument_requests()
     from fastapi import FastAPI
 

@@ -8,7 +8,7 @@ span; rlsight runs them on its gated tracer.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar, overload
 
 from rlsight.http._gate import PROVIDER, needs_extra
 
@@ -18,14 +18,23 @@ if TYPE_CHECKING:
 __all__ = ["instrument_httpx", "instrument_requests"]
 
 _LOCK: Final = threading.Lock()
+_Client = TypeVar("_Client", "httpx.Client", "httpx.AsyncClient")
 
 
-def instrument_httpx(client: httpx.Client | httpx.AsyncClient | None = None, /) -> None:
+@overload
+def instrument_httpx(client: None = None, /) -> None: ...
+@overload
+def instrument_httpx(client: _Client, /) -> _Client: ...
+def instrument_httpx(client: _Client | None = None, /) -> _Client | None:
     """Trace the requests of one httpx ``client``, or of every httpx client when none is given.
 
     Each request gets a client span (group ``per_prompt``) and a ``traceparent`` header. With no
     argument every ``httpx.Client`` and ``httpx.AsyncClient`` created from now on is traced; call
     it once per process (in an actor, from its ``__init__``). Calling it again does nothing.
+
+    Returns:
+        The ``client`` given, instrumented in place (so ``client = instrument_httpx(httpx.
+        Client())`` reads like the server helpers), or ``None`` when called without one.
 
     Raises:
         ImportError: httpx or the instrumentation is missing (``pip install 'rlsight[httpx]'``).
@@ -38,9 +47,10 @@ def instrument_httpx(client: httpx.Client | httpx.AsyncClient | None = None, /) 
     if client is not None:
         if not getattr(client, "_is_instrumented_by_opentelemetry", False):
             instrumentor.instrument_client(client, tracer_provider=PROVIDER)
-        return
+        return client
     with _LOCK:
         _instrument_globally(instrumentor(), "httpx")
+    return None
 
 
 def instrument_requests() -> None:

@@ -152,3 +152,24 @@ def test_an_interrupted_export_resumes_where_it_stopped(
     assert main(argv) == EXIT_OK
     assert "sent 5 spans in 5 request(s)" in capsys.readouterr().err
     assert set(_counts(collector, names).values()) == {1}
+
+
+def test_export_runs_in_the_core_install_without_the_analysis_extra(
+        collector: Collector, tmp_path: Path) -> None:
+    """The quickstart lists no extra for ``export``: with numpy (the analysis extra) absent it
+    still sends the run, instead of failing as "a bug in rlsight" on an import it never uses."""
+    import subprocess
+
+    tag = uuid.uuid4().hex[:8]
+    names = [f"rl.test.export_core_{tag}_{i}" for i in range(3)]
+    run_dir, _ = _run(tmp_path, names)
+    program = (
+        "import sys\n"
+        "sys.modules['numpy'] = None  # as if the analysis extra were not installed\n"
+        "from rlsight.cli import main\n"
+        f"sys.exit(main(['export', {str(run_dir)!r}, '--otlp-endpoint', {collector.http!r}]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert done.returncode == EXIT_OK, done.stderr
+    assert "sent 3 spans in 3 request(s)" in done.stderr
+    assert set(_counts(collector, names).values()) == {1}

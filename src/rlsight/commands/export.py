@@ -31,9 +31,9 @@ def run(args: argparse.Namespace) -> int:
     """Export the run and print what was sent."""
     if args.protocol == "grpc" and missing_extra("export", "grpc", extra="grpc"):
         return EXIT_USAGE
+    from rlsight._terminal import terminal_safe
     from rlsight.config import endpoint_problem
     from rlsight.errors import StoreError
-    from rlsight.render._format import terminal_safe
     from rlsight.store._replay import export_run
 
     problem = endpoint_problem(args.otlp_endpoint)

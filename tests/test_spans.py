@@ -695,7 +695,8 @@ class TestNamedHelpers:
         """Not an int TypeError from deep inside: the argument, the value and the fix, the
         same with telemetry on or off."""
         context = capture_telemetry() if enabled else contextlib.nullcontext()
-        with context, pytest.raises(TypeError, match=r"step_span\(step\): step must be .* an int; got .*global_step"):
+        expected = r"step_span\(step\): step must be .* an int; got .*global_step"
+        with context, pytest.raises(TypeError, match=expected):
             step_span(step)  # type: ignore[arg-type]
 
     def test_step_span_takes_what_int_takes(self, capture: Capture) -> None:

@@ -59,7 +59,8 @@ def test_trace_context_kwargs_sends_the_packed_carrier_dispatch_sends(capture: C
             carrier = current_trace_carrier()
             dispatch_with_trace_context(Target())
     assert carrier is not None and carrier["tracestate"] == state["tracestate"]
-    assert kwargs == sent == {TRACE_CONTEXT_KWARG: f"{carrier['traceparent']},{carrier['tracestate']}".encode()}
+    packed = f"{carrier['traceparent']},{carrier['tracestate']}".encode()
+    assert kwargs == sent == {TRACE_CONTEXT_KWARG: packed}
 
 
 def test_carrier_is_built_once_per_span_and_reused(capture: Capture) -> None:

@@ -45,7 +45,7 @@ class SetupProbe:
     def ping(self) -> int:
         return 1
 
-    def receive(self, carrier: dict[str, str]) -> list[str]:
+    def receive(self, carrier: bytes | dict[str, str]) -> list[str]:
         """Hand ``carrier`` to a decorated function here, as a Ray dispatch would."""
 
         @accepts_trace_context

@@ -3,13 +3,15 @@
 Ray does not carry OpenTelemetry context across an actor or task call, so without help every
 span a worker opens starts a trace of its own. The two halves are wired by hand:
 
-* the caller sends a W3C carrier (``traceparent``/``tracestate`` in a dict) as one extra
-  keyword argument: :func:`dispatch_with_trace_context` or
-  ``handle.method.remote(..., **trace_context_kwargs())``. Dispatch sends the same carrier
-  packed as bytes (``traceparent``, then ``,tracestate`` when there is one): Ray passes bytes
-  through without serialising them, which a dict costs it on both sides of every call;
+* the caller sends the W3C trace context as one extra keyword argument:
+  :func:`dispatch_with_trace_context` or ``handle.method.remote(..., **trace_context_kwargs())``.
+  Both send it packed as bytes (the ``traceparent``, then ``,tracestate`` when there is one):
+  Ray passes bytes through without serialising them, which a dict costs it on both sides of
+  every call;
 * the callee is decorated with :func:`accepts_trace_context`, which pops that keyword and
-  attaches the context for the duration of the call.
+  attaches the context for the duration of the call. It reads the packed form and the
+  ``{"traceparent": ..., "tracestate": ...}`` dict alike (what :func:`current_trace_carrier`
+  returns, and what older callers send).
 
 The carrier of a span is built once and reused while the span is current, so a fan-out to 64
 actors injects once, not 64 times. A carrier that cannot be read never fails the call: the
@@ -126,18 +128,24 @@ def _built_carrier() -> tuple[int, TraceCarrier, bytes] | None:
     return built
 
 
-def trace_context_kwargs() -> dict[str, TraceCarrier]:
+def trace_context_kwargs() -> dict[str, bytes]:
     """Keyword arguments that carry the current trace into a decorated Ray method or task.
 
     Spread them into the call: ``handle.train.remote(batch, **trace_context_kwargs())``. When
     telemetry is off, or no span is open, this is ``{}``: a disabled run passes nothing, and a
     callee that is not decorated is never sent an argument it would reject.
+
+    The one value is the current span's carrier packed as bytes, ``traceparent`` then
+    ``,tracestate`` when there is one (``b"00-<trace id>-<span id>-01"``), the form
+    :func:`dispatch_with_trace_context` sends: Ray passes bytes through as they are, where a
+    dict costs it a serialisation on each side of the call. For the carrier as a dict, use
+    :func:`current_trace_carrier`.
     """
-    carrier = current_trace_carrier()
-    if carrier is None:
+    built = _built_carrier()
+    if built is None:
         return {}
     _check_ray_runtime_env()
-    return {TRACE_CONTEXT_KWARG: carrier}
+    return {TRACE_CONTEXT_KWARG: built[2]}
 
 
 def _check_ray_runtime_env() -> None:
@@ -188,8 +196,8 @@ def dispatch_with_trace_context(method: _SupportsRemote, /, *args: Any, **kwargs
     or a ``@ray.remote`` function. Returns what ``.remote`` returns (an ``ObjectRef``, or an
     ``ObjectRefGenerator`` for a streaming method).
 
-    The carrier travels packed as bytes, the form Ray passes through without serialising
-    it; :func:`accepts_trace_context` reads it as it reads the dict.
+    The carrier travels packed as bytes, as :func:`trace_context_kwargs` sends it: the form
+    Ray passes through without serialising it.
 
     Ray validates arguments against the callee's signature when ``.remote`` is called, and
     raises ``TypeError: got an unexpected keyword argument '_rlsight_trace_ctx'`` for a

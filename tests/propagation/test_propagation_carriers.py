@@ -15,6 +15,7 @@ from rlsight.propagation import (
     TRACE_CONTEXT_KWARG,
     attach_trace_carrier,
     current_trace_carrier,
+    dispatch_with_trace_context,
     trace_context_kwargs,
 )
 from rlsight.testing import Capture, capture_telemetry
@@ -38,8 +39,28 @@ def test_carrier_names_the_current_span(capture: Capture) -> None:
     with span(RL.TRAINING, "rl.test.parent") as parent:
         kwargs = trace_context_kwargs()
     trace_id, span_id = _ids(parent)
-    assert list(kwargs) == [TRACE_CONTEXT_KWARG]
-    assert kwargs[TRACE_CONTEXT_KWARG]["traceparent"].startswith(f"00-{trace_id:032x}-{span_id:016x}-")
+    flags = int(parent.get_span_context().trace_flags)
+    assert kwargs == {TRACE_CONTEXT_KWARG: f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}".encode()}
+
+
+def test_trace_context_kwargs_sends_the_packed_carrier_dispatch_sends(capture: Capture) -> None:
+    """Bytes, which Ray passes through unserialised (#16): the dict's traceparent[,tracestate]."""
+    sent: dict[str, object] = {}
+
+    class Target:
+        def remote(self, **kwargs: object) -> None:
+            sent.update(kwargs)
+
+    state = {"tracestate": "vendor=1,other=x"}
+    with attach_trace_carrier({"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+                               **state}):
+        with span(RL.TRAINING, "rl.test.parent"):
+            kwargs = trace_context_kwargs()
+            carrier = current_trace_carrier()
+            dispatch_with_trace_context(Target())
+    assert carrier is not None and carrier["tracestate"] == state["tracestate"]
+    packed = f"{carrier['traceparent']},{carrier['tracestate']}".encode()
+    assert kwargs == sent == {TRACE_CONTEXT_KWARG: packed}
 
 
 def test_carrier_is_built_once_per_span_and_reused(capture: Capture) -> None:

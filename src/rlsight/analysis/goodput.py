@@ -117,15 +117,31 @@ def buckets_from_sums(sums: I64 | list[int], wall: int) -> Buckets:
     )
 
 
-def step_buckets(part: TimelinePartition, steps: Steps) -> list[Buckets]:
-    """Each step's window partitioned on its own timeline."""
-    # One prefix sum per bucket code in one call: cum[code, k + 1] is the time of that code in
-    # segments [0, k], so a step's sums are the difference of two columns.
-    cum = np.zeros((len(BUCKET_CODES), len(part.label) + 1), dtype=np.int64)
-    np.cumsum(np.where(part.label == _CODE_COLUMN, part.cover.length, 0), axis=1, out=cum[:, 1:])
-    sums = cum[:, part.step_hi] - cum[:, part.step_lo]
-    return [buckets_from_sums(row, wall)
-            for row, wall in zip(sums.T.tolist(), steps.wall.tolist(), strict=True)]
+def _window_segments(part: TimelinePartition, chosen: I64) -> tuple[I64 | slice, I64 | None]:
+    """The segments inside the windows of step rows ``chosen`` on their own timelines, and
+    the position in ``chosen`` of the step each belongs to; one step (the driver's online
+    rollup) gives a slice of them and ``None``."""
+    lo, hi = part.step_lo[chosen], part.step_hi[chosen]
+    if len(chosen) == 1:
+        return slice(int(lo[0]), int(hi[0])), None
+    counts = hi - lo
+    at = np.repeat(np.arange(len(chosen)), counts)
+    return np.repeat(lo - _prefix(counts)[:-1], counts) + np.arange(len(at)), at
+
+
+def step_buckets(part: TimelinePartition, steps: Steps, rows: I64 | None = None) -> list[Buckets]:
+    """Each step's window partitioned on its own timeline (``rows``: those step rows only)."""
+    chosen = np.arange(len(steps)) if rows is None else np.asarray(rows, dtype=np.int64)
+    seg, at = _window_segments(part, chosen)
+    label = part.label[seg]
+    keep = label >= 0
+    length = (part.cover.end[seg] - part.cover.start[seg])[keep]
+    codes = len(BUCKET_CODES)
+    sums = np.zeros(len(chosen) * codes, dtype=np.int64)
+    np.add.at(sums, label[keep] if at is None else at[keep] * codes + label[keep], length)
+    wall = steps.wall[chosen].tolist()
+    by_row = sums.tolist()
+    return [buckets_from_sums(by_row[i * codes:(i + 1) * codes], wall[i]) for i in range(len(chosen))]
 
 
 def combine_labels(
@@ -188,28 +204,21 @@ def contributors(
     those step rows (the driver's online rollup asks for the step that just ended).
     """
     chosen = np.arange(len(steps)) if rows is None else np.asarray(rows, dtype=np.int64)
-    lo, hi = part.step_lo[chosen], part.step_hi[chosen]
-    counts = hi - lo
-    total = int(counts.sum())
-    if total == 0:
-        return []
-    if len(chosen) == 1:  # one step (the driver's online rollup): one run of segments
-        seg = np.arange(int(lo[0]), int(hi[0]))
-    else:
-        rows = np.repeat(chosen, counts)
-        seg = np.repeat(lo - _prefix(counts)[:-1], counts) + np.arange(total)
+    seg, at = _window_segments(part, chosen)
     owner = part.owner[seg]
     keep = owner >= 0
-    seg, owner = seg[keep], owner[keep]
+    owner = owner[keep]
+    if not len(owner):
+        return []
     names = table.cols.names
     n_names = len(names)
-    key = part.label[seg] * n_names + table.cols.name[owner]
+    key = part.label[seg][keep] * n_names + table.cols.name[owner]
     attributed = np.zeros(len(BUCKET_CODES) * n_names, dtype=np.int64)
-    np.add.at(attributed, key, part.cover.end[seg] - part.cover.start[seg])
-    if len(chosen) == 1:  # each name present decided time in that one step
+    np.add.at(attributed, key, (part.cover.end[seg] - part.cover.start[seg])[keep])
+    if at is None:  # one step: each name present decided time in it
         present = np.bincount(key, minlength=len(attributed)) > 0
     else:  # the number of distinct steps of each (bucket, name)
-        pairs = np.sort(key * max(len(steps), 1) + rows[keep])
+        pairs = np.sort(key * max(len(steps), 1) + chosen[at[keep]])
         first = np.ones(len(pairs), dtype=bool)  # the first of each run of equal pairs
         np.not_equal(pairs[1:], pairs[:-1], out=first[1:])
         present = np.bincount(pairs[first] // max(len(steps), 1), minlength=len(attributed))

@@ -166,9 +166,8 @@ def max_cover(
         empty = np.zeros(0, np.int64)
         return Cover(empty, empty, empty, empty, empty)
     seg_group, seg_start, uid = _sort_points(groups, times)
-    seg_end = seg_start.copy()
-    same = seg_group[1:] == seg_group[:-1]
-    seg_end[:-1][same] = seg_start[1:][same]
+    seg_end = seg_start.copy()  # a segment ends where the next of its group starts
+    np.copyto(seg_end[:-1], seg_start[1:], where=seg_group[1:] == seg_group[:-1])
     lo, hi = uid[:n], uid[n:2 * n]
     live = hi > lo
     idx = np.flatnonzero(live)

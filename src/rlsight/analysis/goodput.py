@@ -216,7 +216,7 @@ def contributors(
     attributed = np.zeros(len(BUCKET_CODES) * n_names, dtype=np.int64)
     np.add.at(attributed, key, (part.cover.end[seg] - part.cover.start[seg])[keep])
     if at is None:  # one step: each name present decided time in it
-        present = np.bincount(key, minlength=len(attributed)) > 0
+        present: NDArray[np.generic] = np.bincount(key, minlength=len(attributed)) > 0
     else:  # the number of distinct steps of each (bucket, name)
         pairs = np.sort(key * max(len(steps), 1) + chosen[at[keep]])
         first = np.ones(len(pairs), dtype=bool)  # the first of each run of equal pairs

@@ -52,9 +52,11 @@ class Cover:
 
     def pick(self, values: I64, default: int = -1) -> I64:
         """``values[winner]`` for each segment, ``default`` where no interval covers it."""
-        out = np.full(len(self.winner), default, dtype=np.int64)
-        covered = self.winner >= 0
-        out[covered] = values[self.winner[covered]]
+        if not len(values):  # then no interval covers anything
+            return np.full(len(self.winner), default, dtype=np.int64)
+        # ``values[-1]`` is read where nothing covers a segment, and replaced.
+        out: I64 = np.where(self.winner >= 0, values[self.winner], default).astype(
+            np.int64, copy=False)
         return out
 
     @property
@@ -87,8 +89,8 @@ def _sort_points(groups: I64, times: I64) -> tuple[I64, I64, I64]:
     uid = np.empty(len(order), dtype=np.int64)
     uid[order] = np.cumsum(new) - 1
     if packed:
-        keys = sorted_key[new]
-        return keys // width, keys % width + lo, uid
+        group_of, offset = np.divmod(sorted_key[new], width)
+        return group_of, offset + lo, uid
     return gs[new], ts[new], uid
 
 
@@ -97,29 +99,32 @@ def _range_max(size: int, lo: I64, hi: I64, values: I64) -> I64:
 
     Positions no range covers get -1. Requires ``hi > lo`` and ``values >= 0``.
     """
-    out = np.full(size, -1, dtype=np.int64)
     if len(lo) == 0:
-        return out
-    level = np.frexp((hi - lo).astype(np.float64))[1].astype(np.int64) - 1  # floor(log2(len))
-    order = np.argsort(level, kind="stable")
-    level_sorted = level[order]
+        return np.full(size, -1, dtype=np.int64)
+    length = hi - lo
+    level = (np.frexp(length.astype(np.float64))[1] - 1).astype(np.int8)  # floor(log2(len))
+    # The writes of every range, grouped by level: the blocks at lo and at hi - 2**level,
+    # one block where the range's length is a power of two (most ranges: one segment).
+    block = 1 << level.astype(np.int64)
+    second = np.flatnonzero(length != block)
+    level2 = np.concatenate((level, level[second]))
+    order = np.argsort(level2, kind="stable")
+    level_sorted = level2[order]
+    at = np.concatenate((lo, hi[second] - block[second]))[order]
+    vals = np.concatenate((values, values[second]))[order]
     top = int(level_sorted[-1])
-    cuts = np.searchsorted(level_sorted, np.arange(top + 2))
-    current: I64 | None = None
+    cuts = np.searchsorted(level_sorted, np.arange(top + 2)).tolist()
+    table = np.full(size, -1, dtype=np.int64)
     for lvl in range(top, -1, -1):
-        table = np.full(size, -1, dtype=np.int64)
-        members = order[cuts[lvl]:cuts[lvl + 1]]
-        if len(members):
-            vals = values[members]
-            np.maximum.at(table, lo[members], vals)
-            np.maximum.at(table, hi[members] - (1 << lvl), vals)
-        if current is not None:
+        if lvl < top:  # the blocks of the level above, each pushed down into its two halves
             half = 1 << lvl
-            np.maximum(table, current, out=table)
-            np.maximum(table[half:], current[:-half], out=table[half:])
-        current = table
-    assert current is not None
-    return current
+            above = table
+            table = above.copy()
+            np.maximum(table[half:], above[:-half], out=table[half:])
+        a, b = cuts[lvl], cuts[lvl + 1]
+        if b > a:
+            np.maximum.at(table, at[a:b], vals[a:b])
+    return table
 
 
 def max_cover(
@@ -161,9 +166,8 @@ def max_cover(
         empty = np.zeros(0, np.int64)
         return Cover(empty, empty, empty, empty, empty)
     seg_group, seg_start, uid = _sort_points(groups, times)
-    seg_end = seg_start.copy()
-    same = seg_group[1:] == seg_group[:-1]
-    seg_end[:-1][same] = seg_start[1:][same]
+    seg_end = seg_start.copy()  # a segment ends where the next of its group starts
+    np.copyto(seg_end[:-1], seg_start[1:], where=seg_group[1:] == seg_group[:-1])
     lo, hi = uid[:n], uid[n:2 * n]
     live = hi > lo
     idx = np.flatnonzero(live)

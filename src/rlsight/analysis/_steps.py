@@ -79,17 +79,21 @@ def find_steps(table: SpanTable) -> Steps:
     idx = np.flatnonzero(cols.name == step_name) if step_name >= 0 else np.zeros(0, np.int64)
     raw = cols.step_no[idx]
     number = np.where(raw == NO_STEP, -1, raw)
-    order = np.lexsort((idx, number, cols.start[idx]))
-    idx, number = idx[order], number[order]
+    if len(idx) > 1:
+        order = np.lexsort((idx, number, cols.start[idx]))
+        idx, number = idx[order], number[order]
     start, end = cols.start[idx], np.maximum(cols.end[idx], cols.start[idx])
-    of_span = np.full(len(table), -1, dtype=np.int64)
     if len(idx):
-        row_of = np.full(len(table), -1, dtype=np.int64)
+        # Row of each step span, -1 elsewhere and in the last place, which an anchor of -1
+        # (no step ancestor) reads: one gather gives every anchored span its step.
+        row_of = np.full(len(table) + 1, -1, dtype=np.int64)
         row_of[idx] = np.arange(len(idx))
-        anchored = table.step_anchor >= 0
-        of_span[anchored] = row_of[table.step_anchor[anchored]]
-        free = np.flatnonzero(~anchored)
-        of_span[free] = _by_time(start, end, cols.start[free], cols.end[free])
+        of_span = row_of[table.step_anchor]
+        free = np.flatnonzero(of_span < 0)
+        if len(free):
+            of_span[free] = _by_time(start, end, cols.start[free], cols.end[free])
+    else:
+        of_span = np.full(len(table), -1, dtype=np.int64)
     restarts = int((number[1:] <= number[:-1]).sum()) if len(number) > 1 else 0
     return Steps(
         span=idx,

@@ -102,8 +102,11 @@ def int_attribute(value: object, default: _D) -> int | _D:
 
 
 def _reorder(cols: SpanColumns, order: I64) -> SpanColumns:
-    inverse = np.full(len(cols.start), -1, dtype=np.int64)
-    inverse[order] = np.arange(len(order))
+    kept: dict[int, Mapping[str, AttributeValue]] = {}
+    if cols.kept_attributes:  # most runs keep no attributes: no inverse permutation to build
+        inverse = np.full(len(cols.start), -1, dtype=np.int64)
+        inverse[order] = np.arange(len(order))
+        kept = {int(inverse[i]): a for i, a in cols.kept_attributes.items() if inverse[i] >= 0}
     return SpanColumns(
         start=cols.start[order], end=cols.end[order], trace=cols.trace[order],
         span_id=cols.span_id[order], parent_id=cols.parent_id[order], name=cols.name[order],
@@ -112,38 +115,43 @@ def _reorder(cols: SpanColumns, order: I64) -> SpanColumns:
         batch_size=cols.batch_size[order], prompts=cols.prompts[order], status=cols.status[order],
         names=cols.names, groups=cols.groups, traces=cols.traces, resources=cols.resources,
         process_keys=cols.process_keys,
-        kept_attributes={int(inverse[i]): a for i, a in cols.kept_attributes.items()
-                         if inverse[i] >= 0},
+        kept_attributes=kept,
         source_file=cols.source_file[order], source_line=cols.source_line[order],
         source_slot=cols.source_slot[order], source_files=cols.source_files,
         invalid_buckets=cols.invalid_buckets,
     )
 
 
-def _renumber(values: I64, keys: list[str]) -> tuple[I64, list[str]]:
-    """Renumber interned ids so that id order is the sorted order of their keys."""
+def _renumber(values: I64, keys: list[str]) -> tuple[I64, list[str], list[int] | None]:
+    """Renumber interned ids so that id order is the sorted order of their keys; the old id
+    of each new one (``None``: the ids were in order already, ``values`` is returned as is)."""
+    if len(keys) < 2:  # one process, one trace: nothing to renumber
+        return values, keys, None
     order = sorted(range(len(keys)), key=keys.__getitem__)
-    if order == list(range(len(keys))):  # already in sorted order (one process, one trace)
-        return values, keys
-    mapping = np.empty(max(len(keys), 1), dtype=np.int64)
+    if order == list(range(len(keys))):  # already in sorted order
+        return values, keys, None
+    mapping = np.empty(len(keys), dtype=np.int64)
     mapping[np.asarray(order, dtype=np.int64)] = np.arange(len(keys))
-    return (mapping[values] if len(values) else values), [keys[i] for i in order]
+    return (mapping[values] if len(values) else values), [keys[i] for i in order], order
 
 
-def _find_parents(trace: I64, span_id: NDArray[np.uint64], parent_id: NDArray[np.uint64]) -> I64:
-    """Index of each span's parent (same trace, matching span id), -1 where there is none."""
+def _find_parents(
+    trace: I64, span_id: NDArray[np.uint64], parent_id: NDArray[np.uint64], by_id: I64 | None,
+) -> I64:
+    """Index of each span's parent (same trace, matching span id), -1 where there is none.
+
+    ``by_id`` is the order of ``span_id`` when no id repeats, ``None`` when ids repeat.
+    """
     n = len(span_id)
     parent = np.full(n, -1, dtype=np.int64)
     has = np.flatnonzero(parent_id != 0)
     if n == 0 or len(has) == 0:
         return parent
     target = parent_id[has]
-    by_id = np.argsort(span_id, kind="stable")
-    ids = span_id[by_id]
-    if not (ids[1:] == ids[:-1]).any():
+    if by_id is not None:
         # Span ids are random 64-bit numbers, so they are unique in practice: one search on
         # the id, then check that the span found is in the same trace.
-        cand = by_id[np.minimum(np.searchsorted(ids, target), n - 1)]
+        cand = by_id[np.minimum(np.searchsorted(span_id[by_id], target), n - 1)]
         found = (span_id[cand] == target) & (trace[cand] == trace[has])
         parent[has[found]] = cand[found]
         return parent
@@ -175,23 +183,33 @@ def _depths(
     With ``marked``, the same jumps also give :func:`nearest_marked` over the returned parents
     (one pass over the tree instead of two).
     """
-    depth = has_parent_id.astype(np.int64)
-    nearest = None if marked is None else np.where(marked, np.arange(len(parent)), -1)
-    nxt = parent.copy()
+    n = len(parent)
+    # Whole-array jumps over the spans plus one sentinel (index n: its own parent, depth 0,
+    # nothing marked) that every root points at; a jump from the sentinel changes nothing,
+    # so no round needs to pick out the spans still climbing.
+    depth = np.zeros(n + 1, np.int64)
+    depth[:n] = has_parent_id
+    nearest = None
+    if marked is not None:
+        nearest = np.full(n + 1, -1, np.int64)
+        nearest[:n][marked] = np.flatnonzero(marked)
+    nxt = np.empty(n + 1, np.int64)
+    nxt[:n] = parent
+    nxt[n] = n
+    nxt[nxt < 0] = n
     for _ in range(_MAX_JUMPS):
-        idx = np.flatnonzero(nxt >= 0)
-        if len(idx) == 0:
-            return depth, parent, 0, nearest
-        hop = nxt[idx]
-        depth[idx] += depth[hop]
+        if (nxt == n).all():
+            return depth[:n], parent, 0, None if nearest is None else nearest[:n]
+        depth += depth[nxt]
         if nearest is not None:
-            mine = nearest[idx]
-            nearest[idx] = np.where(mine >= 0, mine, nearest[hop])
-        nxt[idx] = nxt[hop]
-    cyclic = nxt >= 0
+            mine = nearest
+            nearest = nearest[nxt]
+            np.copyto(nearest, mine, where=mine >= 0)
+        nxt = nxt[nxt]
+    cyclic = nxt[:n] != n
     parent = np.where(cyclic, -1, parent)
-    depth, parent, _, nearest = _depths(parent, has_parent_id & ~cyclic, marked)
-    return depth, parent, int(cyclic.sum()), nearest
+    depth, parent, _, found = _depths(parent, has_parent_id & ~cyclic, marked)
+    return depth, parent, int(cyclic.sum()), found
 
 
 def nearest_marked(parent: I64, marked: NDArray[np.bool_]) -> I64:
@@ -208,11 +226,13 @@ def nearest_marked(parent: I64, marked: NDArray[np.bool_]) -> I64:
     return val
 
 
-def _timelines(process: I64, thread: I64) -> tuple[I64, I64, I64]:
+def _timelines(process: I64, thread: I64, processes: int) -> tuple[I64, I64, I64]:
     """Number the unique (process, thread) pairs in sorted order: per-span id, and the pairs."""
     if len(process) == 0:
         empty = np.zeros(0, np.int64)
         return empty, empty, empty
+    if processes == 1 and thread.min() == thread.max():  # one thread of one process
+        return np.zeros(len(process), np.int64), process[:1].copy(), thread[:1].copy()
     order = lexsort((thread, process))
     p, t = process[order], thread[order]
     new = np.empty(len(order), dtype=bool)
@@ -225,32 +245,36 @@ def _timelines(process: I64, thread: I64) -> tuple[I64, I64, I64]:
 
 def build_table(cols: SpanColumns) -> SpanTable:
     """Canonicalise ``cols`` and derive parents, depths, step anchors, timelines and ranks."""
-    process, process_keys = _renumber(cols.process, cols.process_keys)
-    key_order = sorted(range(len(cols.process_keys)), key=cols.process_keys.__getitem__)
-    trace, traces = _renumber(cols.trace, cols.traces)
-    cols = dataclasses.replace(
-        cols, process=process, process_keys=process_keys, trace=trace, traces=traces,
-        resources=[cols.resources[i] for i in key_order],
-    )
-    timeline, tl_process, tl_thread = _timelines(cols.process, cols.thread)
+    process, process_keys, key_order = _renumber(cols.process, cols.process_keys)
+    trace, traces, trace_order = _renumber(cols.trace, cols.traces)
+    if key_order is not None or trace_order is not None:
+        resources = cols.resources if key_order is None else [cols.resources[i] for i in key_order]
+        cols = dataclasses.replace(cols, process=process, process_keys=process_keys, trace=trace,
+                                   traces=traces, resources=resources)
+    timeline, tl_process, tl_thread = _timelines(cols.process, cols.thread, len(process_keys))
     order = lexsort((cols.span_id, cols.trace, -cols.end, cols.start, timeline))
     cols = _reorder(cols, order)
     timeline = timeline[order]
     # Deduplicate (trace, span id): keep the first in canonical order.
-    # Span ids are random 64-bit numbers: when none repeats, no (trace, id) pair can.
-    ids = np.sort(cols.span_id)
-    dup = np.zeros(len(order), dtype=bool)
-    if len(order) > 1 and (ids[1:] == ids[:-1]).any():
-        by_id = lexsort((np.arange(len(order)), cols.span_id, cols.trace))
-        same = (cols.span_id[by_id[1:]] == cols.span_id[by_id[:-1]]) & (
-            cols.trace[by_id[1:]] == cols.trace[by_id[:-1]])
-        dup[by_id[1:][same]] = True
-    duplicates = int(dup.sum())
-    if duplicates:
-        keep = np.flatnonzero(~dup)
-        cols = _reorder(cols, keep)
-        timeline = timeline[keep]
-    parent = _find_parents(cols.trace, cols.span_id, cols.parent_id)
+    # Span ids are random 64-bit numbers: when none repeats, no (trace, id) pair can, and
+    # the parent search reuses the id order (unique ids: any sort gives the same one).
+    by_id: I64 | None = np.argsort(cols.span_id)
+    duplicates = 0
+    if len(order) > 1:
+        ids = cols.span_id[by_id]
+        if (ids[1:] == ids[:-1]).any():
+            by_id = None
+            dup = np.zeros(len(order), dtype=bool)
+            by_pair = lexsort((np.arange(len(order)), cols.span_id, cols.trace))
+            same = (cols.span_id[by_pair[1:]] == cols.span_id[by_pair[:-1]]) & (
+                cols.trace[by_pair[1:]] == cols.trace[by_pair[:-1]])
+            dup[by_pair[1:][same]] = True
+            duplicates = int(dup.sum())
+            if duplicates:
+                keep = np.flatnonzero(~dup)
+                cols = _reorder(cols, keep)
+                timeline = timeline[keep]
+    parent = _find_parents(cols.trace, cols.span_id, cols.parent_id, by_id)
     has_parent_id = cols.parent_id != 0
     orphans = int((has_parent_id & (parent < 0)).sum())
     step_name = cols.names.index(STEP_SPAN) if STEP_SPAN in cols.names else -1
@@ -258,10 +282,15 @@ def build_table(cols: SpanColumns) -> SpanTable:
     assert anchor is not None
     step_anchor = anchor
     # Depth stops at a process boundary: a remote parent makes the span a local root.
-    safe = np.maximum(parent, 0)
-    remote = (parent >= 0) & (cols.process[safe] != cols.process)
-    if cycles or remote.any():  # else the depths over the whole tree are the local ones
+    remote = None
+    if len(process_keys) > 1:  # one process has no remote parents
+        remote = (parent >= 0) & (cols.process[np.maximum(parent, 0)] != cols.process)
+        if not remote.any():
+            remote = None
+    if remote is not None:
         depth, _, _, _ = _depths(np.where(remote, -1, parent), has_parent_id & ~remote)
+    elif cycles:  # the depths over the cycle-free tree
+        depth, _, _, _ = _depths(parent, has_parent_id)
     return SpanTable(
         cols=cols,
         timeline=timeline,

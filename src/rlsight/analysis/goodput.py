@@ -53,6 +53,11 @@ I64 = NDArray[np.int64]
 #: Depth weighs more than any bucket priority, so a deeper span always wins.
 _DEPTH_WEIGHT: Final = 4
 _WASTED: Final = BUCKET_CODES["wasted"]
+_PRODUCTIVE: Final = BUCKET_CODES["productive"]
+_OVERHEAD: Final = BUCKET_CODES["overhead"]
+_IDLE: Final = BUCKET_CODES["idle"]
+#: Every bucket code as a column, to compare a row of labels with all codes at once.
+_CODE_COLUMN: Final = np.arange(len(BUCKET_CODES))[:, None]
 #: Priority of a superseded step window in the run partition: above every bucket.
 _SUPERSEDED: Final = len(BUCKET_CODES)
 
@@ -84,13 +89,14 @@ def partition_timelines(table: SpanTable, steps: Steps) -> TimelinePartition:
     """Partition every timeline; step windows become segment boundaries."""
     cols = table.cols
     cand = np.flatnonzero((cols.bucket >= 0) & ~cols.concurrent & (cols.end > cols.start))
-    priority = table.depth[cand] * _DEPTH_WEIGHT + cols.bucket[cand].astype(np.int64)
+    bucket = cols.bucket[cand].astype(np.int64)
     cover = max_cover(
-        table.timeline[cand], cols.start[cand], cols.end[cand], priority,
+        table.timeline[cand], cols.start[cand], cols.end[cand],
+        table.depth[cand] * _DEPTH_WEIGHT + bucket,
         np.concatenate((steps.timeline, steps.timeline)), np.concatenate((steps.start, steps.end)),
     )
     owner = cover.pick(cand)
-    label = cover.pick(cols.bucket[cand].astype(np.int64))
+    label = cover.pick(bucket)
     n = len(steps)
     return TimelinePartition(cover, owner, label, cover.marks[:n], cover.marks[n:])
 
@@ -101,25 +107,41 @@ def _prefix(values: I64) -> I64:
     return out
 
 
-def buckets_from_sums(sums: I64, wall: int) -> Buckets:
+def buckets_from_sums(sums: I64 | list[int], wall: int) -> Buckets:
     """:class:`Buckets` from per-code sums (idle, overhead, wasted, productive) and the wall."""
-    by_name = {name: int(sums[code]) for name, code in BUCKET_CODES.items()}
+    by_code = [int(v) for v in sums]
     return Buckets(
-        productive_ns=by_name["productive"], overhead_ns=by_name["overhead"],
-        idle_ns=by_name["idle"], wasted_ns=by_name["wasted"],
-        unattributed_ns=wall - int(sums.sum()), wall_ns=wall,
+        productive_ns=by_code[_PRODUCTIVE], overhead_ns=by_code[_OVERHEAD],
+        idle_ns=by_code[_IDLE], wasted_ns=by_code[_WASTED],
+        unattributed_ns=wall - sum(by_code), wall_ns=wall,
     )
 
 
-def step_buckets(part: TimelinePartition, steps: Steps) -> list[Buckets]:
-    """Each step's window partitioned on its own timeline."""
-    length = part.cover.length
-    sums = np.zeros((len(steps), len(BUCKET_CODES)), dtype=np.int64)
-    for code in BUCKET_CODES.values():
-        cum = _prefix(np.where(part.label == code, length, 0))
-        sums[:, code] = cum[part.step_hi] - cum[part.step_lo]
-    wall = steps.wall
-    return [buckets_from_sums(sums[r], int(wall[r])) for r in range(len(steps))]
+def _window_segments(part: TimelinePartition, chosen: I64) -> tuple[I64 | slice, I64 | None]:
+    """The segments inside the windows of step rows ``chosen`` on their own timelines, and
+    the position in ``chosen`` of the step each belongs to; one step (the driver's online
+    rollup) gives a slice of them and ``None``."""
+    lo, hi = part.step_lo[chosen], part.step_hi[chosen]
+    if len(chosen) == 1:
+        return slice(int(lo[0]), int(hi[0])), None
+    counts = hi - lo
+    at = np.repeat(np.arange(len(chosen)), counts)
+    return np.repeat(lo - _prefix(counts)[:-1], counts) + np.arange(len(at)), at
+
+
+def step_buckets(part: TimelinePartition, steps: Steps, rows: I64 | None = None) -> list[Buckets]:
+    """Each step's window partitioned on its own timeline (``rows``: those step rows only)."""
+    chosen = np.arange(len(steps)) if rows is None else np.asarray(rows, dtype=np.int64)
+    seg, at = _window_segments(part, chosen)
+    label = part.label[seg]
+    keep = label >= 0
+    length = (part.cover.end[seg] - part.cover.start[seg])[keep]
+    codes = len(BUCKET_CODES)
+    sums = np.zeros(len(chosen) * codes, dtype=np.int64)
+    np.add.at(sums, label[keep] if at is None else at[keep] * codes + label[keep], length)
+    wall = steps.wall[chosen].tolist()
+    by_row = sums.tolist()
+    return [buckets_from_sums(by_row[i * codes:(i + 1) * codes], wall[i]) for i in range(len(chosen))]
 
 
 def combine_labels(
@@ -182,37 +204,33 @@ def contributors(
     those step rows (the driver's online rollup asks for the step that just ended).
     """
     chosen = np.arange(len(steps)) if rows is None else np.asarray(rows, dtype=np.int64)
-    lo, hi = part.step_lo[chosen], part.step_hi[chosen]
-    counts = hi - lo
-    total = int(counts.sum())
-    if total == 0:
-        return []
-    rows = np.repeat(chosen, counts)
-    seg = np.repeat(lo - _prefix(counts)[:-1], counts) + np.arange(total)
+    seg, at = _window_segments(part, chosen)
     owner = part.owner[seg]
     keep = owner >= 0
-    rows, seg, owner = rows[keep], seg[keep], owner[keep]
-    name = table.cols.name[owner]
-    label = part.label[seg]
-    length = part.cover.length[seg]
-    n_names = len(table.cols.names)
-    key = label * n_names + name
+    owner = owner[keep]
+    if not len(owner):
+        return []
+    names = table.cols.names
+    n_names = len(names)
+    key = part.label[seg][keep] * n_names + table.cols.name[owner]
     attributed = np.zeros(len(BUCKET_CODES) * n_names, dtype=np.int64)
-    np.add.at(attributed, key, length)
-    pairs = np.sort(key * max(len(steps), 1) + rows)
-    first = np.ones(len(pairs), dtype=bool)  # the first of each run of equal pairs
-    np.not_equal(pairs[1:], pairs[:-1], out=first[1:])
-    present_pairs = pairs[first]
-    present = np.bincount(present_pairs // max(len(steps), 1), minlength=len(attributed))
+    np.add.at(attributed, key, (part.cover.end[seg] - part.cover.start[seg])[keep])
+    if at is None:  # one step: each name present decided time in it
+        present: NDArray[np.generic] = np.bincount(key, minlength=len(attributed)) > 0
+    else:  # the number of distinct steps of each (bucket, name)
+        pairs = np.sort(key * max(len(steps), 1) + chosen[at[keep]])
+        first = np.ones(len(pairs), dtype=bool)  # the first of each run of equal pairs
+        np.not_equal(pairs[1:], pairs[:-1], out=first[1:])
+        present = np.bincount(pairs[first] // max(len(steps), 1), minlength=len(attributed))
+    totals, steps_present = attributed.tolist(), present.tolist()
+    nonzero = np.flatnonzero(attributed).tolist()
     out: list[Contributor] = []
     for bucket in BUCKET_NAMES:
-        code = BUCKET_CODES[bucket]
-        block = attributed[code * n_names:(code + 1) * n_names]
-        ranked = sorted(np.flatnonzero(block), key=lambda i: (-int(block[i]), table.cols.names[i]))
-        out.extend(
-            Contributor(table.cols.names[i], bucket, int(block[i]), int(present[code * n_names + i]))
-            for i in ranked[:top]
-        )
+        base = BUCKET_CODES[bucket] * n_names
+        ranked = sorted((k for k in nonzero if base <= k < base + n_names),
+                        key=lambda k: (-totals[k], names[k - base]))
+        out.extend(Contributor(names[k - base], bucket, totals[k], int(steps_present[k]))
+                   for k in ranked[:top])
     return out
 
 

@@ -171,7 +171,7 @@ def step_goodput(cols: SpanColumns, step_span_id: int) -> StepGoodput | None:
     part, _ = charge_discards(table, partition_timelines(table, steps), steps)
     return StepGoodput(
         step=int(steps.number[row]),
-        buckets=step_buckets(part, steps)[row],
+        buckets=step_buckets(part, steps, rows[:1])[0],
         contributors=contributors(table, part, steps, top=None, rows=rows[:1]),
     )
 

@@ -4,7 +4,8 @@ The driver's span processor hands over the spans of the step that just ended (an
 it still holds: the ancestors that give them their depth, spans of other threads) as plain
 per-field lists (:class:`LiveSpans`), taken from the SDK's spans without any per-span
 conversion. This module turns them into the same :class:`~rlsight.analysis.columns.SpanColumns`
-the store reader builds, with numpy in a few C-level passes, and runs the same table, step,
+the store reader builds (but for the trace texts, which only need to sort alike: see
+:func:`live_columns`), with numpy in a few C-level passes, and runs the same table, step,
 partition and discard code as ``rlsight report`` on them. There is no second rollup: a step's
 buckets online are the report's buckets for that step whenever the spans handed over are the
 ones the report sees inside the step's window. Spans the step's window does not contain

@@ -31,7 +31,7 @@ from __future__ import annotations
 import importlib.util
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Final
 
@@ -53,9 +53,12 @@ from rlsight.step_summary import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
     from opentelemetry.context import Context
     from opentelemetry.sdk.trace import Span
 
+    from rlsight.analysis.columns import SpanColumns
     from rlsight.analysis.online import LiveSpans, StepGoodput
     from rlsight.runtime import Telemetry
 
@@ -204,13 +207,16 @@ class StepRollupProcessor(SpanProcessor):
 
     @staticmethod
     def _keep(kept: list[ReadableSpan], count: int, batch: list[ReadableSpan],
-              ends: Sequence[int | None] | None, floor: int | None) -> None:
-        """Drop the first ``count`` spans of ``kept`` but those ending after ``floor``."""
-        if ends is None:
-            ends = [s.end_time for s in batch]
+              ends: NDArray[np.int64] | None, floor: int | None) -> None:
+        """Drop the first ``count`` spans of ``kept`` but those ending after ``floor``
+        (``ends``: the end column of the roll-up that read them, if it got that far)."""
         # Spans other threads appended meanwhile lie past ``count`` and stay.
-        kept[:count] = [] if floor is None else [
-            s for s, end in zip(batch, ends[:count], strict=True) if (end or 0) > floor]
+        if floor is None:
+            del kept[:count]
+        elif ends is None:
+            kept[:count] = [s for s in batch if (s.end_time or 0) > floor]
+        else:
+            kept[:count] = [batch[i] for i in (ends[:count] > floor).nonzero()[0].tolist()]
 
     def _step_ended(self, sid: int, step: ReadableSpan) -> None:
         with self._lock:
@@ -220,18 +226,21 @@ class StepRollupProcessor(SpanProcessor):
             batch: list[ReadableSpan] = []
             try:
                 count, batch, spans = self._take(self._ended, step.end_time or 0)
-                ends = spans.ends
-                self._roll_up(sid, spans)
+                from rlsight.analysis.online import live_columns
+
+                cols = live_columns(spans)
+                ends = cols.end
+                self._roll_up(sid, cols)
             except Exception as exc:  # the runtime's guard: log once (raise when strict), run goes on
                 self._runtime.report_internal_error("step-goodput", exc)
             finally:
                 self._keep(self._ended, count, batch, ends,
                            min(self._open_steps.values(), default=None))
 
-    def _roll_up(self, step_id: int, spans: LiveSpans) -> None:
-        from rlsight.analysis.online import live_columns, step_goodput
+    def _roll_up(self, step_id: int, cols: SpanColumns) -> None:
+        from rlsight.analysis.online import step_goodput
 
-        result = step_goodput(live_columns(spans), step_id)
+        result = step_goodput(cols, step_id)
         if result is None:
             return
         summary = summary_dict(
@@ -275,10 +284,11 @@ class StepRollupProcessor(SpanProcessor):
         batch: list[ReadableSpan] = []
         try:
             count, batch, spans = self._take(self._window, now)
-            ends = spans.ends
             from rlsight.analysis.online import live_columns, window_buckets
 
-            seconds = window_buckets(live_columns(spans), lo, now)
+            cols = live_columns(spans)
+            ends = cols.end
+            seconds = window_buckets(cols, lo, now)
             self._window_start = now
             _record_window(self._runtime, seconds)
         except Exception as exc:  # the runtime's guard: log once (raise when strict), run goes on

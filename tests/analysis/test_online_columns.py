@@ -25,7 +25,11 @@ def _attributes() -> st.SearchStrategy[dict[str, object]]:
         "rl.step": st.one_of(st.integers(-(2**64), 2**64), _ODD)})
 
 
-_span = st.tuples(st.integers(1, 3), st.integers(1, 2**64 - 1), st.one_of(st.none(), st.integers(1, 40)),
+#: Trace ids: a few small ones (their high halves are equal), random 128-bit ones, and ones
+#: that share a high half or a low half with another.
+_TRACE = st.one_of(st.integers(1, 3), st.integers(1, 2**128 - 1),
+                   st.sampled_from([5 << 64, (5 << 64) | 9, (7 << 64) | 9, 2**128 - 1]))
+_span = st.tuples(_TRACE, st.integers(1, 2**64 - 1), st.one_of(st.none(), st.integers(1, 40)),
                   st.sampled_from(["rl.step", "rl.train.policy", "rl.rollout.generate"]),
                   st.integers(0, 10**6), st.one_of(st.none(), st.integers(0, 10**6)), _attributes())
 
@@ -33,7 +37,7 @@ _span = st.tuples(st.integers(1, 3), st.integers(1, 2**64 - 1), st.one_of(st.non
 def _reference(spans: LiveSpans) -> dict[str, list[object]]:
     """Each column read one span at a time, by the rules the store reader applies."""
     names = list(dict.fromkeys(spans.names))
-    traces = list(dict.fromkeys(c[0] for c in spans.contexts))
+    traces = sorted({c[0] for c in spans.contexts})
     step = []
     for name, a in zip(spans.names, spans.attributes, strict=True):
         n = a.get("rl.step")
@@ -56,7 +60,8 @@ def _reference(spans: LiveSpans) -> dict[str, list[object]]:
 @settings(max_examples=150, deadline=None)
 @given(st.lists(_span, max_size=12))
 def test_live_columns_equal_a_per_span_reading(rows):
-    """bools are not thread ids, ``1`` is not ``rl.concurrent``, open spans end now."""
+    """bools are not thread ids, ``1`` is not ``rl.concurrent``, open spans end now, traces
+    are numbered in the order of their ids."""
     spans = LiveSpans(
         contexts=[SpanContext(trace, sid, False) for trace, sid, *_ in rows],
         parents=[None if p is None else SpanContext(1, p, False) for _, _, p, *_ in rows],
@@ -66,6 +71,8 @@ def test_live_columns_equal_a_per_span_reading(rows):
     for field, want in _reference(spans).items():
         assert getattr(cols, field).tolist() == want, field
     assert cols.names == list(dict.fromkeys(spans.names))
+    # The trace texts are order keys (the rollup reads only their order): one per trace, sorted.
+    assert len(cols.traces) == len({c[0] for c in spans.contexts}) and cols.traces == sorted(cols.traces)
     assert len({len(getattr(cols, f)) for f in ("group", "process", "status", "source_file")}) == 1
 
 
@@ -102,3 +109,14 @@ def test_attributes_stored_as_another_mapping_are_read_as_a_dict():
     cols = live_columns(live_spans([span], 5, {}))
     assert cols.bucket.tolist() == [BUCKET_CODES["productive"]]
     assert cols.thread.tolist() == [7]
+
+
+def test_trace_ids_beyond_128_bits_are_numbered_by_their_text():
+    # No SDK makes them, but a span may carry one: the table orders traces by their hex text,
+    # which for such ids is not the order of the numbers.
+    ids = [2**128 + 1, 3, -1, 3]
+    spans = LiveSpans(
+        contexts=[SpanContext(t, i + 1, False) for i, t in enumerate(ids)], parents=[None] * 4,
+        names=["a"] * 4, starts=[0] * 4, ends=[1] * 4, attributes=[{}] * 4, now=1, resource={})
+    text = [format(t, "032x") for t in ids]
+    assert live_columns(spans).trace.tolist() == [sorted(set(text)).index(t) for t in text]

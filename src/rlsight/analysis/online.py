@@ -4,7 +4,8 @@ The driver's span processor hands over the spans of the step that just ended (an
 it still holds: the ancestors that give them their depth, spans of other threads) as plain
 per-field lists (:class:`LiveSpans`), taken from the SDK's spans without any per-span
 conversion. This module turns them into the same :class:`~rlsight.analysis.columns.SpanColumns`
-the store reader builds, with numpy in a few C-level passes, and runs the same table, step,
+the store reader builds (but for the trace texts, which only need to sort alike: see
+:func:`live_columns`), with numpy in a few C-level passes, and runs the same table, step,
 partition and discard code as ``rlsight report`` on them. There is no second rollup: a step's
 buckets online are the report's buckets for that step whenever the spans handed over are the
 ones the report sees inside the step's window. Spans the step's window does not contain
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -22,6 +24,7 @@ from operator import is_, itemgetter
 from typing import Any, Final
 
 import numpy as np
+from numpy.typing import NDArray
 
 from rlsight._semconv import (
     BUCKET,
@@ -88,16 +91,16 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
     ``spans.attributes`` must be ``dict`` instances (what :func:`rlsight._step_rollup.live_spans`
     hands over): every column is one C-level pass over a field (``map`` of a C function,
     ``np.fromiter``), not a Python expression per span.
+
+    One difference from the store reader's columns, local to this module: ``traces`` holds
+    an order key per trace, not its hex text. The rollup reads trace text only for its order
+    (the table numbers traces in sorted order of their text, which for fixed-width hex is the
+    order of the ids), so traces are numbered here in the order of their ids and the keys
+    are shared strings that sort in that order: a window whose spans are roots has a trace
+    each, and formatting each id cost more than the rest of its columns.
     """
     n = len(spans.names)
-    trace_ids = list(map(_FIRST, spans.contexts))
-    first = trace_ids[0] if n else 0
-    if trace_ids.count(first) == n:
-        traces = {first: 0} if n else {}
-        trace = np.zeros(n, np.int64)
-    else:
-        traces = {t: i for i, t in enumerate(dict.fromkeys(trace_ids))}
-        trace = np.fromiter(map(traces.__getitem__, trace_ids), np.int64, n)
+    trace, traces = _trace_numbers(list(map(_FIRST, spans.contexts)), n)
     names = {x: i for i, x in enumerate(dict.fromkeys(spans.names))}
     name = np.fromiter(map(names.__getitem__, spans.names), np.int64, n)
     attrs = spans.attributes
@@ -128,7 +131,8 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
     parents = [0 if p is None else p[1] for p in spans.parents]
     return SpanColumns(
         start=np.fromiter(spans.starts, np.int64, n),
-        end=np.array([now if e is None else e for e in spans.ends], np.int64),
+        end=(np.fromiter(spans.ends, np.int64, n) if None not in spans.ends
+             else np.array([now if e is None else e for e in spans.ends], np.int64)),
         trace=trace,
         span_id=np.fromiter(map(_SECOND, spans.contexts), np.uint64, n),
         parent_id=np.fromiter(parents, np.uint64, n),
@@ -144,7 +148,7 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
         status=np.zeros(n, np.int8),
         names=list(names),
         groups=[""],
-        traces=[format(t, "032x") for t in traces],
+        traces=traces,
         resources=[spans.resource],
         process_keys=[str(spans.resource.get(SERVICE_INSTANCE_ID, "driver"))],
         kept_attributes=kept,
@@ -153,6 +157,52 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
         source_slot=np.full(n, -1, np.int32),
         source_files=[],
     )
+
+
+def _trace_numbers(trace_ids: list[int], n: int) -> tuple[NDArray[np.int64], list[str]]:
+    """Each span's trace number, numbered in the order of the trace ids, and one order key
+    per trace (see :func:`live_columns`)."""
+    if not n:
+        return np.zeros(0, np.int64), []
+    first = trace_ids[0]
+    if trace_ids.count(first) == n:
+        return np.zeros(n, np.int64), _order_keys(1)
+    try:
+        raw = b"".join(map(int.to_bytes, trace_ids, repeat(16, n)))
+    except OverflowError:  # not a 128-bit id (never from an SDK): numbered by its hex text
+        text = [format(t, "032x") for t in trace_ids]
+        numbers = {t: i for i, t in enumerate(sorted(set(text)))}
+        return np.fromiter(map(numbers.__getitem__, text), np.int64, n), _order_keys(len(numbers))
+    halves = np.frombuffer(raw, ">u8").reshape(n, 2).astype(np.uint64)
+    high, low = halves[:, 0], halves[:, 1]
+    # Random ids: the high halves of distinct traces differ, so one sort of them numbers the
+    # traces (checked: every span of a high half must have the same low half).
+    top, number = np.unique(high, return_inverse=True)
+    bottom = np.empty(len(top), np.uint64)
+    bottom[number] = low
+    if np.array_equal(bottom[number], low):
+        return number.astype(np.int64, copy=False), _order_keys(len(top))
+    order = np.lexsort((low, high))
+    new = np.empty(n, np.bool_)
+    new[0] = True
+    np.not_equal(high[order[1:]], high[order[:-1]], out=new[1:])
+    new[1:] |= low[order[1:]] != low[order[:-1]]
+    number = np.empty(n, np.int64)
+    number[order] = np.cumsum(new) - 1
+    return number, _order_keys(int(number.max()) + 1)
+
+
+#: ``_ORDER_KEYS[i]`` sorts i-th among them; made once, as far as the largest count asked.
+_ORDER_KEYS: list[str] = []
+_ORDER_KEYS_LOCK: Final = threading.Lock()
+
+
+def _order_keys(count: int) -> list[str]:
+    """``count`` strings that sort in the order of their positions."""
+    if len(_ORDER_KEYS) < count:
+        with _ORDER_KEYS_LOCK:
+            _ORDER_KEYS.extend(f"{i:012d}" for i in range(len(_ORDER_KEYS), count))
+    return _ORDER_KEYS[:count]
 
 
 def step_goodput(cols: SpanColumns, step_span_id: int) -> StepGoodput | None:

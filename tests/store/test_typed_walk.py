@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from rlsight.analysis._read import read_span_columns
 from rlsight.store import _reader
-from rlsight.store._lines import int64, int64s
+from rlsight.store._lines import int64, int64_column, int64s
 from rlsight.store._schema import SkippedRecord
 
 _ODD = (st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False)
@@ -181,6 +181,38 @@ def test_int64s_reads_a_column_as_int64_reads_each_value(values: list[str]) -> N
         expected = None
     try:
         got: list[int] | None = int64s(values)
+    except ValueError:
+        got = None
+    assert got == expected
+
+
+@st.composite
+def _nearly_digits(draw: st.DrawFn) -> str:
+    """19 digits with one character swapped for one just outside "0"-"9", or a non-ASCII digit."""
+    digits = list(f"{draw(st.integers(0, 10**18)):019d}")
+    digits[draw(st.integers(0, 18))] = draw(st.sampled_from("/: +-\u0661\uff10"))
+    return "".join(digits)
+
+
+@settings(max_examples=400, deadline=None)
+@given(values=st.lists(st.one_of(
+    st.integers(0, 10**19 - 1).map(lambda i: f"{i:019d}"),  # the store's own times
+    st.integers(9 * 10**18, 10**19 - 1).map(str),  # around the int64 limit
+    _nearly_digits(),
+    st.integers(0, 2**62).map(lambda i: f"{i:020d}"),  # one digit more or less
+    st.integers(0, 10**18 - 1).map(lambda i: f"{i:018d}"),
+    st.integers(-(2**64), 2**64).map(str),
+    st.integers(0, 2**62),
+    st.booleans(),
+), min_size=1, max_size=6))
+def test_int64_column_reads_a_column_as_int64_reads_each_value(values: list[Any]) -> None:
+    """The timestamp column's digit reading (numpy, no int per value) agrees with int64."""
+    try:
+        expected: list[int] | None = [int64(v) for v in values]
+    except ValueError:
+        expected = None
+    try:
+        got: list[int] | None = int64_column(values).tolist()
     except ValueError:
         got = None
     assert got == expected

@@ -147,6 +147,18 @@ def _comparable(cols: Any) -> dict[str, Any]:
     return out
 
 
+@pytest.mark.parametrize("kind", [3, "3", " 3", "x", 2**63, -(2**63) - 1, True, 1.5, None])
+def test_a_span_kind_is_read_or_refused_as_the_plain_walk_does(
+        kind: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The typed decode checks ``kind`` itself (an int64 number); any other spelling is the
+    plain walk's to read or skip, so both give one answer."""
+    span = {"traceId": "0" * 31 + "1", "spanId": "0" * 15 + "1", "name": "w", "kind": kind,
+            "startTimeUnixNano": "1", "endTimeUnixNano": "2"}
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}) + "\n")
+    assert _batches(path, True, monkeypatch) == _batches(path, False, monkeypatch)
+
+
 def test_spans_repeating_an_attribute_list_share_one_map(tmp_path: Path) -> None:
     """The typed walk reads a repeated attribute list once: one map, indexed by each span."""
     assert _reader._typed_walk() is not None  # msgspec is installed with the analysis extra

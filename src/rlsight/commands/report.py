@@ -87,6 +87,10 @@ def run(args: argparse.Namespace) -> int:
     """Analyse the run and print (or write) the report; return the exit code."""
     if missing_extra("report", "numpy", "orjson", "rich"):
         return EXIT_USAGE
+    if args.run_dir.is_dir():
+        from rlsight._spare_worker import prestart
+
+        prestart(args.run_dir)  # its imports run alongside the ones below
     from rlsight.analysis import analyze_run
     from rlsight.commands._memory import reuse_freed_memory
     from rlsight.commands._source import AmbiguousRunError, annotate, open_run

@@ -334,7 +334,7 @@ class _TypedWalk:
             end_ns=int64_column([s.end_time_unix_nano for s in spans]),
             status_code=codes,
             status_message=messages,
-            kind=int64s([s.kind for s in spans]),
+            kind=[s.kind for s in spans],
             attribute_sets=sets,
             attribute_set=list(map(local.__getitem__, raws)),
         )

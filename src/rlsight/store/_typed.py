@@ -18,7 +18,7 @@ Imported only where msgspec is installed (the ``analysis`` extra).
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Annotated, Final
 
 import msgspec
 
@@ -26,6 +26,10 @@ __all__ = ["DECODE_ERRORS", "Request", "Span", "Status", "decoder"]
 
 #: What decoding a line into :class:`Request` may raise besides the store's PARSE_ERRORS.
 DECODE_ERRORS: Final = (msgspec.MsgspecError,)
+
+
+#: An OTLP int64 written as a JSON number.
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 
 class Status(msgspec.Struct, frozen=True):
@@ -40,7 +44,8 @@ class Span(msgspec.Struct, frozen=True, rename="camel"):
     start_time_unix_nano: int | str
     end_time_unix_nano: int | str
     parent_span_id: str = ""
-    kind: int | str = 1
+    kind: Int64 = 1
+    """Validated here (a kind written as a string is left to the plain walk)."""
     status: Status | None = None
     attributes: msgspec.Raw = msgspec.Raw(b"")
     """The attribute list as written (empty when absent)."""

@@ -13,6 +13,10 @@ plain JSON and applies the generic rules, which either read it the same way or s
 the reason. Field names are OTLP/JSON's lowerCamelCase; unknown fields, and fields in any
 order, are accepted.
 
+The structs are not tracked by the garbage collector (``gc=False``): they hold strings, raw
+bytes and each other, never a cycle, and a million of them are made and dropped per read
+(untracked, each is ~10% cheaper to make).
+
 Imported only where msgspec is installed (the ``analysis`` extra).
 """
 
@@ -32,12 +36,12 @@ DECODE_ERRORS: Final = (msgspec.MsgspecError,)
 Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 
-class Status(msgspec.Struct, frozen=True):
+class Status(msgspec.Struct, frozen=True, gc=False):
     code: int | str = 0
     message: str = ""
 
 
-class Span(msgspec.Struct, frozen=True, rename="camel"):
+class Span(msgspec.Struct, frozen=True, rename="camel", gc=False):
     trace_id: str
     span_id: str
     name: str
@@ -51,16 +55,16 @@ class Span(msgspec.Struct, frozen=True, rename="camel"):
     """The attribute list as written (empty when absent)."""
 
 
-class ScopeSpans(msgspec.Struct, frozen=True):
+class ScopeSpans(msgspec.Struct, frozen=True, gc=False):
     spans: list[Span] = []
 
 
-class ResourceSpans(msgspec.Struct, frozen=True, rename="camel"):
+class ResourceSpans(msgspec.Struct, frozen=True, rename="camel", gc=False):
     resource: msgspec.Raw = msgspec.Raw(b"{}")
     scope_spans: list[ScopeSpans] = []
 
 
-class Request(msgspec.Struct, frozen=True, rename="camel"):
+class Request(msgspec.Struct, frozen=True, rename="camel", gc=False):
     resource_spans: list[ResourceSpans]
 
 

@@ -46,8 +46,8 @@ def spawn() -> subprocess.Popen[bytes] | None:
 
 
 def prestart(run_dir: Path) -> None:
-    """Start a spare worker if reading ``run_dir`` will want one: over
-    :data:`PARALLEL_MIN_BYTES` of trace files not yet in its column cache, and two CPUs."""
+    """Start a spare worker if reading ``run_dir`` will want one: two or more trace files
+    not yet in its column cache, over :data:`PARALLEL_MIN_BYTES` in all, and two CPUs."""
     if _SPARE or usable_cpus() < 2:
         return
     try:
@@ -55,11 +55,11 @@ def prestart(run_dir: Path) -> None:
     except OSError:
         cached = set()
     try:
-        unread = sum(p.stat().st_size for p in (run_dir / "traces").glob("*.jsonl")
-                     if f"{p.name}.cols" not in cached)
+        unread = [p.stat().st_size for p in (run_dir / "traces").glob("*.jsonl")
+                  if f"{p.name}.cols" not in cached]
     except OSError:
         return  # the read itself reports what is wrong with the folder
-    if unread > PARALLEL_MIN_BYTES:
+    if len(unread) > 1 and sum(unread) > PARALLEL_MIN_BYTES:  # as the read shares files
         worker = spawn()
         if worker is not None:
             _SPARE.append(worker)
@@ -76,14 +76,12 @@ def take() -> subprocess.Popen[bytes] | None:
 
 
 def _end(worker: subprocess.Popen[bytes]) -> None:
+    """End a spare that was never given a task (it may still be importing: no need to wait)."""
+    worker.kill()
+    worker.wait()
     for stream in (worker.stdin, worker.stdout):
         if stream is not None:
-            stream.close()  # a worker still waiting for its task reads an empty one and exits
-    try:
-        worker.wait(timeout=1)
-    except subprocess.TimeoutExpired:
-        worker.kill()
-        worker.wait()
+            stream.close()
 
 
 @atexit.register

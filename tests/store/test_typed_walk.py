@@ -239,3 +239,13 @@ def test_a_fault_only_in_a_field_no_reader_uses_does_not_cost_the_line(tmp_path:
         b'{"resourceSpans":[{"scopeSpans":[{"spans":[' + span + b"]}]}]}\n")
     result = _reader.read_spans(tmp_path)
     assert [s.name for s in result.spans] == ["w"] and result.skipped == []
+
+
+def test_int64_column_without_numpy_reads_value_by_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The core install (no numpy) reads the same column through int64s."""
+    from rlsight.store import _lines
+
+    monkeypatch.setattr(_lines, "_DIGIT_TOOLS", [None])
+    assert int64_column(["1700000000000000001", "2"]).tolist() == [1700000000000000001, 2]
+    with pytest.raises(ValueError, match="outside the int64 range"):
+        int64_column(["9999999999999999999"])

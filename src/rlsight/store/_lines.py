@@ -112,9 +112,12 @@ def _nineteen_digits(values: Sequence[Any]) -> array[int] | None:
     """``values`` read as int64s when every one is a string of exactly 19 ASCII digits within
     the int64 range (then ``int()`` reads each to the same value); None otherwise, or
     without numpy."""
-    if not values or (not _DIGIT_TOOLS and not _load_digit_tools()):
+    if not _DIGIT_TOOLS:
+        _DIGIT_TOOLS.append(_digit_tools())
+    tools = _DIGIT_TOOLS[0]
+    if tools is None or not values:
         return None
-    np, powers = _DIGIT_TOOLS
+    np, powers = tools
     try:
         if set(map(len, values)) != {_NINETEEN}:
             return None
@@ -134,13 +137,13 @@ def _nineteen_digits(values: Sequence[Any]) -> array[int] | None:
     return out
 
 
-def _load_digit_tools() -> bool:
+def _digit_tools() -> tuple[Any, Any] | None:
+    """numpy and the powers of ten of 19 digits; None without numpy (looked for once)."""
     try:
         import numpy as np
     except ImportError:  # the core install converts value by value
-        return False
-    _DIGIT_TOOLS[:] = [np, 10 ** np.arange(_NINETEEN - 1, -1, -1, dtype=np.uint64)]
-    return True
+        return None
+    return np, 10 ** np.arange(_NINETEEN - 1, -1, -1, dtype=np.uint64)
 
 
 _INTS_DECODER: list[Any] = []

@@ -1,23 +1,59 @@
-"""The batch commands' memory policy (``commands/_memory``): numpy's huge-page requests off."""
+"""The batch commands' memory policy (``commands/_memory``): numpy's huge-page requests off
+before the analysis of a large cold read."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from rlsight.commands._memory import reuse_freed_memory
+from rlsight.cli import EXIT_OK, main
+from rlsight.commands._memory import avoid_huge_pages
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
+from _build import RunBuilder
+
+
+def _write_run(folder: Path) -> Path:
+    run = RunBuilder(run_id="run1")
+    d = run.process()
+    step = d.step(1, 0, 10)
+    d.span("train", 0, 5, parent=step, bucket="productive")
+    run.process("policy", 0).span("rl.train.policy", 1, 4, bucket="productive")
+    return run.write(folder / "run1")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a Linux-only policy")
-def test_batch_commands_turn_off_numpys_huge_page_requests() -> None:
+def test_avoid_huge_pages_turns_off_numpys_huge_page_requests() -> None:
     """After a cold read, faults in huge-page arrays compact memory on the spot (0.7-0.9 s
-    of system time on the 1M-span benchmark); the report and timeline commands opt out."""
+    of system time on the 1M-span benchmark); `rlsight report` opts out before one."""
     switch = np._core.multiarray._set_madvise_hugepage
     before = switch(True)  # returns the setting it replaces
     try:
-        reuse_freed_memory()
+        avoid_huge_pages()
         assert switch(True) is False
     finally:
         switch(before)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a Linux-only policy")
+def test_report_avoids_huge_pages_for_a_large_cold_read_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Warm (the column cache covers the run) huge pages stay on; cold and large, off."""
+    from rlsight import _spare_worker
+
+    run_dir = _write_run(tmp_path)
+    switch = np._core.multiarray._set_madvise_hugepage
+    before = switch(True)
+    try:
+        monkeypatch.setattr(_spare_worker, "PARALLEL_MIN_BYTES", 0)  # this run counts as large
+        assert main(["report", str(run_dir), "--json"]) == EXIT_OK  # cold: writes the cache
+        assert switch(True) is False
+        assert main(["report", str(run_dir), "--json"]) == EXIT_OK  # warm
+        assert switch(True) is True
+    finally:
+        switch(before)
+        _spare_worker._end_spares()
+    capsys.readouterr()

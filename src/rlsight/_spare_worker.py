@@ -45,10 +45,11 @@ def spawn() -> subprocess.Popen[bytes] | None:
         return None
 
 
-def prestart(run_dir: Path) -> bool:
-    """Whether reading ``run_dir`` means a large cold read (over :data:`PARALLEL_MIN_BYTES`
-    of trace files not yet in its column cache); if so, and the read will share files (two
-    or more) and two CPUs are there, start a spare worker for it."""
+def prestart(run_dir: Path) -> None:
+    """Start a spare worker if reading ``run_dir`` will want one: two or more trace files
+    not yet in its column cache, over :data:`PARALLEL_MIN_BYTES` in all, and two CPUs."""
+    if _SPARE or usable_cpus() < 2:
+        return
     try:
         cached = {p.name for p in (run_dir / ".rlsight-cache" / "columns").iterdir()}
     except OSError:
@@ -57,14 +58,11 @@ def prestart(run_dir: Path) -> bool:
         unread = [p.stat().st_size for p in (run_dir / "traces").glob("*.jsonl")
                   if f"{p.name}.cols" not in cached]
     except OSError:
-        return False  # the read itself reports what is wrong with the folder
-    if sum(unread) <= PARALLEL_MIN_BYTES:
-        return False
-    if len(unread) > 1 and not _SPARE and usable_cpus() > 1:
+        return  # the read itself reports what is wrong with the folder
+    if len(unread) > 1 and sum(unread) > PARALLEL_MIN_BYTES:  # as the read shares files
         worker = spawn()
         if worker is not None:
             _SPARE.append(worker)
-    return True
 
 
 def take() -> subprocess.Popen[bytes] | None:

@@ -5,6 +5,9 @@ on the 2-core machine. Each round runs the installed CLI in a fresh process (imp
 analysis, output); peak memory is the resident set of the whole process tree (the CLI and the
 reader's worker process), sampled every 50 ms.
 
+The run is written through the store's own span codec (``_synthetic_run``), so the readers
+see the bytes a real run's writer leaves, key order included.
+
 Two states are measured. *Cold*: the run as its writer left it, with no column cache (the
 first read of a run; the cache folder is deleted before each cold round). The JSON files are
 in the OS page cache either way (they were just written), so neither state measures a disk.

@@ -109,7 +109,7 @@ def test_span_ids_repeated_across_traces_still_find_their_own_parent(run: RunBui
 def _reports_equal(run_dir: Path, **read_options: object) -> None:
     from rlsight.analysis import analyze_columns
 
-    serial = read_span_columns(run_dir, workers=1)
+    serial = read_span_columns(run_dir, workers=1, cache=bool(read_options.get("cache", True)))
     other = read_span_columns(run_dir, **read_options)  # type: ignore[arg-type]
     assert [(s.path, s.line) for s in other[1]] == [(s.path, s.line) for s in serial[1]]
     assert analyze_columns(other[0], skipped=other[1]).to_dict() == analyze_columns(
@@ -164,3 +164,48 @@ def test_shared_jobs_without_a_worker_run_every_job_here(monkeypatch: pytest.Mon
 
     monkeypatch.setattr("sys.executable", "/bin/false")
     assert shared_jobs(abs, [-1, -2, -3]) == [1, 2, 3]
+
+
+def test_a_worker_started_ahead_takes_the_reads_second_share(
+    run: RunBuilder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+):
+    """`rlsight report` starts the worker as it begins (its imports overlap the command's);
+    the read then hands that worker its share, with the result of a serial read."""
+    from rlsight import _spare_worker
+
+    run_dir = _sample(run).write(tmp_path / "run", per_line=1)
+    _spare_worker.prestart(run_dir)
+    assert _spare_worker._SPARE == []  # a small run is read alone: no process started for it
+    monkeypatch.setattr(_spare_worker, "PARALLEL_MIN_BYTES", 0)
+    _spare_worker.prestart(run_dir)
+    (spare,) = _spare_worker._SPARE
+    _reports_equal(run_dir, workers=2, cache=False)
+    assert _spare_worker._SPARE == [] and spare.poll() is not None  # taken, and ended
+
+
+def test_a_worker_started_ahead_and_never_used_is_ended(
+    run: RunBuilder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+):
+    from rlsight import _spare_worker
+
+    run_dir = _sample(run).write(tmp_path / "run")
+    monkeypatch.setattr(_spare_worker, "PARALLEL_MIN_BYTES", 0)
+    _spare_worker.prestart(run_dir)
+    (spare,) = _spare_worker._SPARE
+    _spare_worker._end_spares()  # what exit does
+    assert _spare_worker._SPARE == [] and spare.poll() is not None
+
+
+def test_a_worker_started_ahead_that_died_leaves_its_share_to_the_caller(
+    run: RunBuilder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+):
+    from rlsight import _spare_worker
+
+    run_dir = _sample(run).write(tmp_path / "run")
+    monkeypatch.setattr(_spare_worker, "PARALLEL_MIN_BYTES", 0)
+    with monkeypatch.context() as m:
+        m.setattr("sys.executable", "/bin/false")
+        _spare_worker.prestart(run_dir)
+    _spare_worker._SPARE[0].wait()
+    _reports_equal(run_dir, workers=2, cache=False)
+    assert _spare_worker._SPARE == []

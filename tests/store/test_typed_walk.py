@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from rlsight.analysis._read import read_span_columns
 from rlsight.store import _reader
-from rlsight.store._lines import int64, int64s
+from rlsight.store._lines import int64, int64_column, int64s
 from rlsight.store._schema import SkippedRecord
 
 _ODD = (st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False)
@@ -147,6 +147,18 @@ def _comparable(cols: Any) -> dict[str, Any]:
     return out
 
 
+@pytest.mark.parametrize("kind", [3, "3", " 3", "x", 2**63, -(2**63) - 1, True, 1.5, None])
+def test_a_span_kind_is_read_or_refused_as_the_plain_walk_does(
+        kind: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The typed decode checks ``kind`` itself (an int64 number); any other spelling is the
+    plain walk's to read or skip, so both give one answer."""
+    span = {"traceId": "0" * 31 + "1", "spanId": "0" * 15 + "1", "name": "w", "kind": kind,
+            "startTimeUnixNano": "1", "endTimeUnixNano": "2"}
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}) + "\n")
+    assert _batches(path, True, monkeypatch) == _batches(path, False, monkeypatch)
+
+
 def test_spans_repeating_an_attribute_list_share_one_map(tmp_path: Path) -> None:
     """The typed walk reads a repeated attribute list once: one map, indexed by each span."""
     assert _reader._typed_walk() is not None  # msgspec is installed with the analysis extra
@@ -186,6 +198,38 @@ def test_int64s_reads_a_column_as_int64_reads_each_value(values: list[str]) -> N
     assert got == expected
 
 
+@st.composite
+def _nearly_digits(draw: st.DrawFn) -> str:
+    """19 digits with one character swapped for one just outside "0"-"9", or a non-ASCII digit."""
+    digits = list(f"{draw(st.integers(0, 10**18)):019d}")
+    digits[draw(st.integers(0, 18))] = draw(st.sampled_from("/: +-\u0661\uff10"))
+    return "".join(digits)
+
+
+@settings(max_examples=400, deadline=None)
+@given(values=st.lists(st.one_of(
+    st.integers(0, 10**19 - 1).map(lambda i: f"{i:019d}"),  # the store's own times
+    st.integers(9 * 10**18, 10**19 - 1).map(str),  # around the int64 limit
+    _nearly_digits(),
+    st.integers(0, 2**62).map(lambda i: f"{i:020d}"),  # one digit more or less
+    st.integers(0, 10**18 - 1).map(lambda i: f"{i:018d}"),
+    st.integers(-(2**64), 2**64).map(str),
+    st.integers(0, 2**62),
+    st.booleans(),
+), min_size=1, max_size=6))
+def test_int64_column_reads_a_column_as_int64_reads_each_value(values: list[Any]) -> None:
+    """The timestamp column's digit reading (numpy, no int per value) agrees with int64."""
+    try:
+        expected: list[int] | None = [int64(v) for v in values]
+    except ValueError:
+        expected = None
+    try:
+        got: list[int] | None = int64_column(values).tolist()
+    except ValueError:
+        got = None
+    assert got == expected
+
+
 def test_a_fault_only_in_a_field_no_reader_uses_does_not_cost_the_line(tmp_path: Path) -> None:
     """docs/store.md: bytes that are not UTF-8 inside a span event; the span is still read."""
     (tmp_path / "traces").mkdir()
@@ -195,3 +239,13 @@ def test_a_fault_only_in_a_field_no_reader_uses_does_not_cost_the_line(tmp_path:
         b'{"resourceSpans":[{"scopeSpans":[{"spans":[' + span + b"]}]}]}\n")
     result = _reader.read_spans(tmp_path)
     assert [s.name for s in result.spans] == ["w"] and result.skipped == []
+
+
+def test_int64_column_without_numpy_reads_value_by_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The core install (no numpy) reads the same column through int64s."""
+    from rlsight.store import _lines
+
+    monkeypatch.setattr(_lines, "_DIGIT_TOOLS", [None])
+    assert int64_column(["1700000000000000001", "2"]).tolist() == [1700000000000000001, 2]
+    with pytest.raises(ValueError, match="outside the int64 range"):
+        int64_column(["9999999999999999999"])

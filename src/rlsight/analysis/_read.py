@@ -22,8 +22,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
+from rlsight import _spare_worker
+from rlsight._spare_worker import PARALLEL_MIN_BYTES, usable_cpus
 from rlsight.analysis import _cache
 from rlsight.analysis.columns import ColumnBuilder, SpanColumns, concat_columns
 from rlsight.store._lines import PARSE_ERRORS, LineCursor, last_line_end
@@ -34,10 +36,6 @@ __all__ = [
     "PARALLEL_MIN_BYTES", "collect_worker", "gc_paused", "half_way", "read_span_columns", "shared_jobs",
     "start_worker", "usable_cpus",
 ]
-
-#: Reads of more than this many bytes of JSON use a second process when two CPUs are available.
-PARALLEL_MIN_BYTES: Final = 32 * 2**20
-
 
 @dataclass(frozen=True, slots=True)
 class _Job:
@@ -311,21 +309,15 @@ def _stream_jobs(payload: tuple[Callable[[Any], Any], list[Any]]) -> None:
 
 def start_worker(task: Callable[[Any], Any], payload: Any) -> subprocess.Popen[bytes] | None:
     """Start a Python process that runs ``task(payload)`` (``task`` a module-level function,
-    pickled by name) and pickles the result to its stdout.
+    pickled by name) and pickles the result to its stdout; the spare the command started
+    (:mod:`rlsight._spare_worker`) when there is one.
 
     A plain subprocess rather than ``multiprocessing``: spawning through multiprocessing
     re-imports the caller's ``__main__``, which breaks scripts without a main guard, and
     forking would copy whatever threads the caller runs (a progress bar) mid-operation.
     """
-    package_root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)}
-    try:
-        worker = subprocess.Popen(
-            [sys.executable, "-c", "from rlsight.analysis._read import _worker_main; _worker_main()"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-        )
-    except OSError:
+    worker = _spare_worker.take() or _spare_worker.spawn()
+    if worker is None:
         return None  # no process to be had here (sandbox, limits): the caller reads serially
     assert worker.stdin is not None
     try:
@@ -361,13 +353,6 @@ def _worker_main() -> None:
     if task is not _stream_jobs:  # which sends its results as it goes
         sys.stdout.buffer.write(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
     sys.stdout.buffer.flush()
-
-
-def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def half_way(sizes: list[int]) -> int:

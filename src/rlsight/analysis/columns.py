@@ -202,6 +202,8 @@ class _Batch:
 
     trace: list[str]
     name: list[str]
+    names: dict[str, Any] | None
+    """``dict.fromkeys(name)`` when the projection made it (all names strings), else None."""
     start: Sequence[int]
     end: Sequence[int]
     status: Sequence[int]
@@ -238,14 +240,18 @@ def _append(column: array[Any], values: Sequence[Any]) -> None:
         column.extend(values)
 
 
-def _codes(keys: list[str], table: dict[str, int]) -> list[int]:
-    """The codes of ``keys`` in ``table``, new keys numbered in the order first seen."""
-    local: dict[str, int] = dict.fromkeys(keys, 0)
+def _codes(keys: list[str], table: dict[str, int], local: dict[str, Any] | None = None) -> array[int]:
+    """The codes of ``keys`` in ``table``, new keys numbered in the order first seen;
+    ``local``: ``dict.fromkeys(keys)`` when the caller has it (its values are overwritten)."""
+    if local is None:
+        local = dict.fromkeys(keys)
     for key in local:
         local[key] = table.setdefault(key, len(table))
     if len(local) == 1:
-        return [local[keys[0]]] * len(keys)
-    return list(map(local.__getitem__, keys))
+        return array("q", [local[keys[0]]]) * len(keys)  # one copy, no list of ints
+    out = array("q")
+    out.fromlist(list(map(local.__getitem__, keys)))
+    return out
 
 
 #: Attribute maps the builder remembers by identity; past this many it forgets them (a run
@@ -353,6 +359,7 @@ class ColumnBuilder:
                     kept.append((i, whole))
         return _Batch(
             trace=_as_strs(trace), name=_as_strs(name), start=start, end=end, status=status,
+            names=distinct if set(map(type, distinct)) <= {str} else None,
             resource=resource, span_id=_hex_ids(sid), parent_id=_hex_ids(pid), row=row,
             new_maps=new_maps, new_rows=new_rows, kept=kept, decoded=decoded,
         )
@@ -361,11 +368,11 @@ class ColumnBuilder:
         """Append a projected batch; ``processes`` maps its resource numbers to processes."""
         first = len(self.start)
         _append(self.trace, _codes(batch.trace, self.traces))
-        _append(self.name, _codes(batch.name, self.names))
+        _append(self.name, _codes(batch.name, self.names, batch.names))
         _append(self.start, batch.start)
         _append(self.end, batch.end)
         _append(self.status, batch.status)
-        _append(self.process, [processes[0]] * len(batch.resource) if len(processes) == 1
+        _append(self.process, array("q", processes[:1]) * len(batch.resource) if len(processes) == 1
                 else [processes[r] for r in batch.resource])
         self.span_id.append(batch.span_id)
         self.parent_id.append(batch.parent_id)

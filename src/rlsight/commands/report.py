@@ -87,8 +87,12 @@ def run(args: argparse.Namespace) -> int:
     """Analyse the run and print (or write) the report; return the exit code."""
     if missing_extra("report", "numpy", "orjson", "rich"):
         return EXIT_USAGE
+    if args.run_dir.is_dir():
+        from rlsight._spare_worker import prestart
+
+        prestart(args.run_dir)  # a worker's imports run alongside the ones below
     from rlsight.analysis import analyze_run
-    from rlsight.commands._memory import reuse_freed_memory
+    from rlsight.commands._memory import avoid_huge_pages, reuse_freed_memory
     from rlsight.commands._source import AmbiguousRunError, annotate, open_run
     from rlsight.errors import StoreError
 
@@ -100,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
               "(`rlsight runs` lists ./rlsight-runs)", file=sys.stderr)
         return EXIT_INPUT
     reuse_freed_memory()
+    avoid_huge_pages()
     try:
         with open_run(run_dir, args.run_id) as source, \
                 _progress(sys.stderr.isatty() and not args.quiet) as progress:

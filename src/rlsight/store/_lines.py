@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Callable, Collection, Iterator
+from array import array
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Final
@@ -25,6 +26,7 @@ __all__ = [
     "PARSE_ERRORS",
     "LineCursor",
     "int64",
+    "int64_column",
     "int64s",
     "json_lines",
     "last_line_end",
@@ -86,6 +88,62 @@ def int64s(values: list[Any]) -> list[int]:
     if out and not (min(out) >= _INT64_MIN and max(out) <= _INT64_MAX):
         return [int64(v) for v in values]
     return out
+
+
+def int64_column(values: Sequence[Any]) -> array[int]:
+    """:func:`int64s` of ``values`` as an ``array('q')``: the same answers and errors.
+
+    The column a store's timestamps make: decimal strings of 19 digits (every time between
+    2001 and 2286 in nanoseconds). Those are read as digits by numpy in a few vectorised
+    steps, without a Python int per value; any other column goes through :func:`int64s`.
+
+    Raises:
+        ValueError: as :func:`int64s`.
+    """
+    fast = _nineteen_digits(values)
+    return fast if fast is not None else array("q", int64s(list(values)))
+
+
+_DIGIT_TOOLS: list[Any] = []
+_NINETEEN: Final = 19
+
+
+def _nineteen_digits(values: Sequence[Any]) -> array[int] | None:
+    """``values`` read as int64s when every one is a string of exactly 19 ASCII digits within
+    the int64 range (then ``int()`` reads each to the same value); None otherwise, or
+    without numpy."""
+    if not _DIGIT_TOOLS:
+        _DIGIT_TOOLS.append(_digit_tools())
+    tools = _DIGIT_TOOLS[0]
+    if tools is None or not values:
+        return None
+    np, powers = tools
+    try:
+        if set(map(len, values)) != {_NINETEEN}:
+            return None
+        text = "".join(values).encode("ascii")
+    except (TypeError, UnicodeEncodeError):  # not all strings, or not all ASCII
+        return None
+    if len(text) != _NINETEEN * len(values):
+        return None
+    digits = np.frombuffer(text, dtype=np.uint8).reshape(len(values), _NINETEEN) - 48
+    if int(digits.max()) > 9:  # a byte below "0" wraps round to a large one
+        return None
+    numbers = digits @ powers  # uint64: 19 digits are below 2**64
+    if int(numbers.max()) > _INT64_MAX:
+        return None
+    out = array("q")
+    out.frombytes(numbers.astype(np.int64).tobytes())
+    return out
+
+
+def _digit_tools() -> tuple[Any, Any] | None:
+    """numpy and the powers of ten of 19 digits; None without numpy (looked for once)."""
+    try:
+        import numpy as np
+    except ImportError:  # the core install converts value by value
+        return None
+    return np, 10 ** np.arange(_NINETEEN - 1, -1, -1, dtype=np.uint64)
 
 
 _INTS_DECODER: list[Any] = []

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from array import array
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from rlsight.store._lines import (
     PARSE_ERRORS,
     LineCursor,
     int64,
+    int64_column,
     int64s,
     json_lines,
     loads,
@@ -194,7 +196,8 @@ class SpanBatch:
 
     ``resource[i]`` indexes :attr:`resources` (the request's decoded resource attributes).
     Ids and names are as written (a root's parent id is ``""``); times, status codes and kinds
-    are validated int64. Span ``i``'s attributes are ``attribute_sets[attribute_set[i]]``, a
+    are validated int64 (times and status codes as ``array('q')``, which a column takes in one
+    copy). Span ``i``'s attributes are ``attribute_sets[attribute_set[i]]``, a
     map of each key to its raw OTLP ``AnyValue``, decoded on demand with
     :func:`attribute_values` / :func:`decode_attributes`, so a reader that needs three keys
     does not pay for thirty. Spans whose attribute lists were written byte for byte alike
@@ -210,9 +213,9 @@ class SpanBatch:
     span_id: list[Any]
     parent_span_id: list[Any]
     name: list[Any]
-    start_ns: list[int]
-    end_ns: list[int]
-    status_code: list[int]
+    start_ns: Sequence[int]
+    end_ns: Sequence[int]
+    status_code: Sequence[int]
     status_message: list[str]
     kind: list[int]
     attribute_sets: list[dict[str, Any]]
@@ -253,9 +256,9 @@ def _walk_spans(request: Any, path: str, line: int) -> SpanBatch:
         span_id=[s["spanId"] for s in spans],
         parent_span_id=[s.get("parentSpanId") or "" for s in spans],
         name=[s["name"] for s in spans],
-        start_ns=int64s([s["startTimeUnixNano"] for s in spans]),
-        end_ns=int64s([s["endTimeUnixNano"] for s in spans]),
-        status_code=int64s([st.get("code", 0) for st in statuses]),
+        start_ns=int64_column([s["startTimeUnixNano"] for s in spans]),
+        end_ns=int64_column([s["endTimeUnixNano"] for s in spans]),
+        status_code=array("q", int64s([st.get("code", 0) for st in statuses])),
         status_message=[str(st.get("message", "")) for st in statuses],
         kind=int64s([s.get("kind", 1) for s in spans]),
         attribute_sets=[_attribute_map(s.get("attributes")) for s in spans],
@@ -314,12 +317,12 @@ class _TypedWalk:
             sets.append(found)
         statuses = [s.status for s in spans]
         if statuses.count(None) == len(statuses):  # the usual case: no span has a status
-            codes: list[int] = [0] * len(statuses)
+            codes: Sequence[int] = array("q", bytes(8 * len(statuses)))
             messages: list[str] = [""] * len(statuses)
         else:
             no_status = self.no_status
             given = [st or no_status for st in statuses]
-            codes = int64s([st.code for st in given])
+            codes = array("q", int64s([st.code for st in given]))
             messages = [st.message for st in given]
         return SpanBatch(
             path=path, line=line, resources=resources, resource=owner,
@@ -327,11 +330,11 @@ class _TypedWalk:
             span_id=[s.span_id for s in spans],
             parent_span_id=[s.parent_span_id for s in spans],
             name=[s.name for s in spans],
-            start_ns=int64s([s.start_time_unix_nano for s in spans]),
-            end_ns=int64s([s.end_time_unix_nano for s in spans]),
+            start_ns=int64_column([s.start_time_unix_nano for s in spans]),
+            end_ns=int64_column([s.end_time_unix_nano for s in spans]),
             status_code=codes,
             status_message=messages,
-            kind=int64s([s.kind for s in spans]),
+            kind=[s.kind for s in spans],
             attribute_sets=sets,
             attribute_set=list(map(local.__getitem__, raws)),
         )

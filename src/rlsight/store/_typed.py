@@ -13,12 +13,16 @@ plain JSON and applies the generic rules, which either read it the same way or s
 the reason. Field names are OTLP/JSON's lowerCamelCase; unknown fields, and fields in any
 order, are accepted.
 
+The structs are not tracked by the garbage collector (``gc=False``): they hold strings, raw
+bytes and each other, never a cycle, and a million of them are made and dropped per read
+(untracked, each is ~10% cheaper to make).
+
 Imported only where msgspec is installed (the ``analysis`` extra).
 """
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Annotated, Final
 
 import msgspec
 
@@ -28,34 +32,39 @@ __all__ = ["DECODE_ERRORS", "Request", "Span", "Status", "decoder"]
 DECODE_ERRORS: Final = (msgspec.MsgspecError,)
 
 
-class Status(msgspec.Struct, frozen=True):
+#: An OTLP int64 written as a JSON number.
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+
+
+class Status(msgspec.Struct, frozen=True, gc=False):
     code: int | str = 0
     message: str = ""
 
 
-class Span(msgspec.Struct, frozen=True, rename="camel"):
+class Span(msgspec.Struct, frozen=True, rename="camel", gc=False):
     trace_id: str
     span_id: str
     name: str
     start_time_unix_nano: int | str
     end_time_unix_nano: int | str
     parent_span_id: str = ""
-    kind: int | str = 1
+    kind: Int64 = 1
+    """Validated here (a kind written as a string is left to the plain walk)."""
     status: Status | None = None
     attributes: msgspec.Raw = msgspec.Raw(b"")
     """The attribute list as written (empty when absent)."""
 
 
-class ScopeSpans(msgspec.Struct, frozen=True):
+class ScopeSpans(msgspec.Struct, frozen=True, gc=False):
     spans: list[Span] = []
 
 
-class ResourceSpans(msgspec.Struct, frozen=True, rename="camel"):
+class ResourceSpans(msgspec.Struct, frozen=True, rename="camel", gc=False):
     resource: msgspec.Raw = msgspec.Raw(b"{}")
     scope_spans: list[ScopeSpans] = []
 
 
-class Request(msgspec.Struct, frozen=True, rename="camel"):
+class Request(msgspec.Struct, frozen=True, rename="camel", gc=False):
     resource_spans: list[ResourceSpans]
 
 

@@ -67,6 +67,22 @@ class TestReport:
         assert main(["report", str(tmp_path / "empty")]) == EXIT_INPUT
         assert "no spans in" in capsys.readouterr().err
 
+    def test_a_saved_report_is_named_as_one_not_read_as_collector_files(self, run_dir, tmp_path, capsys):
+        assert main(["report", str(run_dir), "--json"]) == EXIT_OK
+        saved = tmp_path / "saved.json"
+        saved.write_text(capsys.readouterr().out)
+        for command in ("report", "timeline"):
+            assert main([command, str(saved)]) == EXIT_INPUT
+            err = capsys.readouterr().err
+            assert err.startswith(f"rlsight {command}: {saved} is a saved `rlsight report --json` "
+                                  "document, not a run; pass the run folder")
+
+    def test_a_folder_holding_nothing_readable_says_what_to_pass(self, tmp_path, capsys):
+        (tmp_path / "notes").mkdir()
+        assert main(["report", str(tmp_path / "notes")]) == EXIT_INPUT
+        err = capsys.readouterr().err
+        assert "holds neither a run" in err and err.rstrip().endswith("(`rlsight runs` lists ./rlsight-runs)")
+
     def test_skipped_records_are_counted_on_stdout_and_stderr(self, run_dir, capsys):
         with next((run_dir / "traces").glob("driver-*.jsonl")).open("a") as fh:
             fh.write('{"resourceSpans": [')
@@ -137,7 +153,8 @@ class TestTimeline:
     def test_steps_without_such_a_step_is_a_usage_error(self, run_dir, tmp_path, capsys):
         out = tmp_path / "trace.json"
         assert main(["timeline", str(run_dir), "-o", str(out), "--steps", "5:9"]) == EXIT_USAGE
-        assert "--steps 5:9" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert "--steps 5:9" in err and err.rstrip().endswith("; the run's steps are numbered 1 to 2")
         assert not out.exists()
 
     def test_max_spans_writes_the_earliest_and_says_so(self, run_dir, tmp_path, capsys):

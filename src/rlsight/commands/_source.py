@@ -10,6 +10,7 @@ reports it like the store reader's own skipped records.
 
 from __future__ import annotations
 
+import json
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,6 +43,18 @@ class RunSource:
 def is_run_folder(path: Path) -> bool:
     """Whether ``path`` is a run folder the store wrote (or one laid out like it)."""
     return path.is_dir() and ((path / "traces").is_dir() or (path / "manifest.json").is_file())
+
+
+def _is_saved_report(path: Path) -> bool:
+    """Whether ``path`` is one JSON document as ``rlsight report --json`` writes it: a common
+    mistake, since ``rlsight diff`` takes such a file where ``report`` wants the run."""
+    if not path.is_file():
+        return False
+    try:
+        doc = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False  # JSON lines (Collector output) or not JSON at all
+    return isinstance(doc, dict) and {"schema_version", "summary", "steps"} <= doc.keys()
 
 
 def _label(run_id: str) -> str:
@@ -77,8 +90,13 @@ def open_run(path: Path, run_id: str | None = None) -> Iterator[RunSource]:
         elif len(runs) == 1:
             (chosen,) = runs.values()
         elif not runs:
+            if _is_saved_report(path):
+                raise StoreError(f"{path} is a saved `rlsight report --json` document, not a run; "
+                                 "pass the run folder it was made from (`rlsight diff` reads "
+                                 "saved reports)")
             raise StoreError(f"no spans in the Collector files at {path} ({split.files} file(s), "
-                             f"{len(split.skipped)} skipped record(s))")
+                             f"{len(split.skipped)} skipped record(s)); pass a run folder, or "
+                             "what a Collector's file exporter wrote")
         else:
             listed = ", ".join(f"{_label(r)} ({runs[r].spans} spans)" for r in sorted(runs))
             raise AmbiguousRunError(f"the Collector files at {path} hold {len(runs)} runs: "

@@ -83,7 +83,8 @@ def collector_files(source: Path) -> list[Path]:
             raise StoreError(f"{source} is a folder of runs ({shown}), not a run; pass one of "
                              f"them (`rlsight runs {source}` lists them)")
         raise StoreError(f"{source} holds neither a run (traces/, manifest.json) nor Collector "
-                         f"files ({', '.join('*' + s for s in COLLECTOR_SUFFIXES)})")
+                         f"files ({', '.join('*' + s for s in COLLECTOR_SUFFIXES)}); pass the "
+                         "folder a run wrote (`rlsight runs` lists ./rlsight-runs)")
     return files
 
 

@@ -65,8 +65,9 @@ def test_the_window_equals_a_full_read_filtered(
 
 
 def test_no_step_in_range_is_an_error(run_dir: Path) -> None:
-    with pytest.raises(NoStepInRange):
+    with pytest.raises(NoStepInRange) as caught:
         window_spans(run_dir, steps=(7, 9))
+    assert caught.value.numbered == (1, 4)  # the range the message offers instead
 
 
 def test_a_line_whose_unread_attribute_is_not_otlp_is_skipped_as_read_spans_skips_it(

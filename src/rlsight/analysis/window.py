@@ -41,7 +41,14 @@ _PARALLEL_MIN_SPANS: Final = 50_000
 
 
 class NoStepInRange(LookupError):
-    """No ``rl.step`` span is numbered within the range asked for."""
+    """No ``rl.step`` span is numbered within the range asked for; ``numbered`` is the
+    (first, last) step number the run does have, or None when it numbers none, so the message
+    can say which range would work."""
+
+    def __init__(self, steps: tuple[int | None, int | None], numbered: tuple[int, int] | None) -> None:
+        super().__init__(steps, numbered)
+        self.steps = steps
+        self.numbered = numbered
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,13 +89,15 @@ def window_spans(
         lo, hi = steps
         step_id = cols.names.index(STEP_SPAN) if STEP_SPAN in cols.names else -1
         number = cols.step_no[chosen]
-        match = (cols.name[chosen] == step_id) & (number != NO_STEP)
+        numbered = (cols.name[chosen] == step_id) & (number != NO_STEP)
+        match = numbered.copy()
         if lo is not None:
             match &= number >= lo
         if hi is not None:
             match &= number <= hi
         if not match.any():
-            raise NoStepInRange(steps)
+            have = number[numbered]
+            raise NoStepInRange(steps, (int(have.min()), int(have.max())) if len(have) else None)
         start_ns = int(cols.start[chosen[match]].min())
         end_ns = int(cols.end[chosen[match]].max())
         chosen = chosen[(cols.start[chosen] < end_ns) & (cols.end[chosen] > start_ns)]

@@ -93,9 +93,11 @@ def run(args: argparse.Namespace) -> int:
     except StoreError as exc:
         print(f"rlsight timeline: {exc}", file=sys.stderr)
         return EXIT_INPUT
-    except NoStepInRange:
+    except NoStepInRange as exc:
+        fix = (f"the run's steps are numbered {exc.numbered[0]} to {exc.numbered[1]}"
+               if exc.numbered else "the run has no numbered rl.step span: drop --steps")
         print(f"rlsight timeline: no rl.step span numbered within --steps "
-              f"{_describe_range(args.steps)} in {args.run_dir}", file=sys.stderr)
+              f"{_describe_range(args.steps)} in {args.run_dir}; {fix}", file=sys.stderr)
         return EXIT_USAGE
     skipped = [*source.skipped, *window.skipped]
     if not window.total:

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from rlsight.cli import EXIT_BROKEN_PIPE, EXIT_BUG, EXIT_USAGE, main
+from rlsight.cli import EXIT_BROKEN_PIPE, EXIT_BUG, EXIT_INPUT, EXIT_USAGE, main
 from rlsight.commands import runs as runs_command
 from rlsight.errors import ConfigError
 
@@ -85,6 +85,18 @@ def test_export_to_a_malformed_endpoint_is_a_usage_error(url, tmp_path, capsys):
     (tmp_path / "traces").mkdir()
     assert main(["export", str(tmp_path), "--otlp-endpoint", url]) == EXIT_USAGE
     assert capsys.readouterr().err.startswith(f"rlsight export: --otlp-endpoint {url!r}: ")
+    assert not (tmp_path / "export").exists()
+
+
+@pytest.mark.parametrize("layout", ["runs root", "no run"])
+def test_export_of_a_folder_holding_no_run_is_exit_3_and_writes_nothing(layout, tmp_path, capsys):
+    """`rlsight export rlsight-runs ...` once sent nothing, exited 0 and left an export/ folder."""
+    if layout == "runs root":
+        (tmp_path / "run-a" / "traces").mkdir(parents=True)
+    assert main(["export", str(tmp_path), "--otlp-endpoint", "http://127.0.0.1:9"]) == EXIT_INPUT
+    err = capsys.readouterr().err
+    expected = "is a folder of runs (run-a), not a run" if layout == "runs root" else "holds no run"
+    assert err.startswith(f"rlsight export: {tmp_path} {expected}") and "; pass " in err
     assert not (tmp_path / "export").exists()
 
 

@@ -3,7 +3,8 @@
 Every line of RUN_DIR's store (traces, then metrics) not yet accepted by this endpoint is sent
 in order; progress is kept in RUN_DIR/export/, so an interrupted export resumes with the same
 command and a finished one sends nothing twice. Exit codes: 0 everything sent; 1 the collector
-stopped the export (rerun to resume); 2 usage error (also a missing extra); 3 RUN_DIR missing or not writable.
+stopped the export (rerun to resume); 2 usage error (also a missing extra); 3 RUN_DIR missing,
+not a run folder, or not writable.
 """
 
 from __future__ import annotations

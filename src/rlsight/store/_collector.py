@@ -26,6 +26,8 @@ __all__ = [
     "CollectorRun",
     "CollectorSplit",
     "collector_files",
+    "holds_a_run",
+    "not_a_run",
     "split_collector_files",
 ]
 
@@ -76,16 +78,26 @@ def collector_files(source: Path) -> list[Path]:
     files = sorted(p for p in source.iterdir()
                    if p.is_file() and p.name.endswith(COLLECTOR_SUFFIXES) and not p.name.startswith("."))
     if not files:
-        runs = sorted(p.name for p in source.iterdir()
-                      if p.is_dir() and ((p / "traces").is_dir() or (p / "manifest.json").is_file()))
-        if runs:  # the runs root (./rlsight-runs), not a run: name the runs in it
-            shown = ", ".join(runs[:5]) + (f" and {len(runs) - 5} more" if len(runs) > 5 else "")
-            raise StoreError(f"{source} is a folder of runs ({shown}), not a run; pass one of "
-                             f"them (`rlsight runs {source}` lists them)")
-        raise StoreError(f"{source} holds neither a run (traces/, manifest.json) nor Collector "
-                         f"files ({', '.join('*' + s for s in COLLECTOR_SUFFIXES)}); pass the "
-                         "folder a run wrote (`rlsight runs` lists ./rlsight-runs)")
+        raise not_a_run(source, f"nor Collector files ({', '.join('*' + s for s in COLLECTOR_SUFFIXES)})")
     return files
+
+
+def holds_a_run(folder: Path) -> bool:
+    """Whether ``folder`` is laid out as a run folder the store wrote."""
+    return (folder / "traces").is_dir() or (folder / "manifest.json").is_file()
+
+
+def not_a_run(folder: Path, also: str = "") -> StoreError:
+    """The error for an existing ``folder`` that holds no run (``also``: what else it lacks),
+    naming the runs in it when it is the runs root (./rlsight-runs), the usual mix-up."""
+    runs = sorted(p.name for p in folder.iterdir() if p.is_dir() and holds_a_run(p))
+    if runs:
+        shown = ", ".join(runs[:5]) + (f" and {len(runs) - 5} more" if len(runs) > 5 else "")
+        return StoreError(f"{folder} is a folder of runs ({shown}), not a run; pass one of "
+                          f"them (`rlsight runs {folder}` lists them)")
+    lacks = f"neither a run (traces/, manifest.json) {also}" if also else "no run (traces/, manifest.json)"
+    return StoreError(f"{folder} holds {lacks}; pass the folder a run wrote (`rlsight runs` lists "
+                      "./rlsight-runs)")
 
 
 def _run_id(resource: Any) -> str:

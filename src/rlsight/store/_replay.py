@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from rlsight.errors import StoreError
 from rlsight.store import _lines
+from rlsight.store._collector import holds_a_run, not_a_run
 from rlsight.store._reader import store_files
 from rlsight.store._schema import SkippedRecord
 
@@ -174,6 +175,8 @@ def export_run(
     problem = endpoint_problem(endpoint)
     if problem is not None:
         raise StoreError(f"--otlp-endpoint {endpoint!r}: {problem}")
+    if run_dir.is_dir() and not holds_a_run(run_dir):  # the runs root, say: nothing to send
+        raise not_a_run(run_dir)
     files = {kind: store_files(run_dir, kind) for kind in _KINDS}
     close: Callable[[], None] = lambda: None  # noqa: E731
     if protocol == "grpc":

@@ -181,6 +181,15 @@ class TestRuns:
         assert main(["runs", str(tmp_path)]) == EXIT_OK
         assert "[red]x" in capsys.readouterr().out
 
+    def test_a_run_folder_given_as_dir_says_which_folder_lists_it(self, run_dir, tmp_path, capsys):
+        assert main(["runs", str(run_dir)]) == EXIT_OK
+        assert capsys.readouterr().err.strip() == (
+            f"rlsight runs: no runs in {run_dir}; {run_dir} is a run itself: "
+            f"`rlsight runs {tmp_path}` lists it")
+        (tmp_path / "none").mkdir()
+        assert main(["runs", str(tmp_path / "none")]) == EXIT_OK
+        assert capsys.readouterr().err.strip() == f"rlsight runs: no runs in {tmp_path / 'none'}"
+
     def test_a_missing_folder_exits_3(self, tmp_path, capsys):
         assert main(["runs", str(tmp_path / "nope")]) == EXIT_INPUT
         assert "no folder at" in capsys.readouterr().err

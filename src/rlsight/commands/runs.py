@@ -91,7 +91,11 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"schema_version": 1, "runs": [asdict(e) for e in entries]}, indent=1))
         return EXIT_OK
     if not entries:
-        print(f"rlsight runs: no runs in {folder}", file=sys.stderr)
+        from rlsight.store._collector import holds_a_run
+
+        hint = (f"; {folder} is a run itself: `rlsight runs {folder.parent}` lists it"
+                if holds_a_run(folder) else "")
+        print(f"rlsight runs: no runs in {folder}{hint}", file=sys.stderr)
         return EXIT_OK
     from rich.console import Console
     from rich.table import Table

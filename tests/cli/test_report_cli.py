@@ -71,8 +71,8 @@ class TestReport:
         assert main(["report", str(run_dir), "--json"]) == EXIT_OK
         saved = tmp_path / "saved.json"
         saved.write_text(capsys.readouterr().out)
-        for command in ("report", "timeline"):
-            assert main([command, str(saved)]) == EXIT_INPUT
+        for command, code in (("report", EXIT_INPUT), ("timeline", EXIT_INPUT), ("watch", EXIT_USAGE)):
+            assert main([command, str(saved), *(["--once"] if command == "watch" else [])]) == code
             err = capsys.readouterr().err
             assert err.startswith(f"rlsight {command}: {saved} is a saved `rlsight report --json` "
                                   "document, not a run; pass the run folder")

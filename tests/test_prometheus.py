@@ -213,6 +213,15 @@ def test_a_taken_port_is_a_config_error_at_setup(tmp_path):
     assert rlsight.last_step_summary() == {}
 
 
+def test_a_host_that_cannot_be_bound_is_a_config_error_naming_the_host(tmp_path):
+    host = "192.0.2.1"  # TEST-NET-1 (RFC 5737): never an address of this machine
+    config = rlsight.TelemetryConfig(run_dir=str(tmp_path / "run"), prometheus_port=0, prometheus_host=host)
+    with pytest.raises(ConfigError, match=rf"^TelemetryConfig.prometheus_host='{host}': cannot listen on "
+                                          rf".*; use an address of this machine"):
+        rlsight.setup_telemetry(config)
+    assert rlsight.last_step_summary() == {}
+
+
 def test_the_port_comes_from_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("RLSIGHT_PROMETHEUS_PORT", "0")
     monkeypatch.setenv("RLSIGHT_RUN_DIR", str(tmp_path / "run"))

@@ -8,6 +8,7 @@ readers behind them. It runs once per process, when the runtime materialises.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import logging
 import math
@@ -283,9 +284,15 @@ class ProviderBuilder:
         try:
             self._prometheus = PrometheusEndpoint(host, port)
         except OSError as exc:
-            raise ConfigError(
-                f"TelemetryConfig.prometheus_port={port}: cannot listen on {host}:{port} "
-                f"({exc.strerror or exc}); choose a free port (0 picks one) or unset it"
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):  # the port is the fault
+                raise ConfigError(
+                    f"TelemetryConfig.prometheus_port={port}: cannot listen on {host}:{port} "
+                    f"({exc.strerror or exc}); choose a free port (0 picks one) or unset it"
+                ) from exc
+            raise ConfigError(  # an address this machine does not have, or no address at all
+                f"TelemetryConfig.prometheus_host={host!r}: cannot listen on {host}:{port} "
+                f"({exc.strerror or exc}); use an address of this machine (127.0.0.1, the "
+                "default, or 0.0.0.0 for every network)"
             ) from exc
         return self._prometheus.reader
 

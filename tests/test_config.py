@@ -208,6 +208,25 @@ class TestValidation:
         assert TelemetryConfig.from_env({"RLSIGHT_LOCAL_STORE": raw}).local_store is expected
 
 
+    def test_an_empty_variable_counts_as_docs_configuration_md_says(self) -> None:
+        quiet = {"RLSIGHT_ENABLED": False, "RLSIGHT_LOCAL_STORE": False, "RLSIGHT_STRICT": False,
+                 "RLSIGHT_ENGINE_NATIVE_TRACING": False, "RLSIGHT_SPAN_GROUPS": (),
+                 "RLSIGHT_ALGORITHM": ""}
+        for setting in SETTINGS:
+            if setting.env == "RLSIGHT_RUN_DIR":
+                empty = TelemetryConfig.from_env({setting.env: "", "RLSIGHT_RUN_ID": "r"})
+                assert empty.run_dir == TelemetryConfig(run_id="r").run_dir
+            elif setting.env in quiet:
+                config = TelemetryConfig.from_env({setting.env: ""})
+                assert getattr(config, setting.name) == quiet[setting.env]
+            else:
+                with pytest.raises(ConfigError):
+                    TelemetryConfig.from_env({setting.env: ""})
+            if setting.otel_env is not None:  # OpenTelemetry's rule: empty is unset
+                given = TelemetryConfig(run_id="r").with_env_fallbacks({setting.otel_env: ""})
+                assert getattr(given, setting.name) == getattr(TelemetryConfig(run_id="r"), setting.name)
+
+
 # -- YAML / mapping ----------------------------------------------------------------------------
 
 

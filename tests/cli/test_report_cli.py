@@ -164,6 +164,9 @@ class TestTimeline:
         names = self._slices(out)
         assert len(names) == 2 and "rl.job" in names
         assert "--steps" in capsys.readouterr().err
+        # Three spans start at 0 s, the next at 1 s: the cut is told where Perfetto shows it.
+        assert main(["timeline", str(run_dir), "-o", str(out), "--max-spans", "3"]) == EXIT_OK
+        assert "(those starting before 1.000 s on the trace's time axis, " in capsys.readouterr().err
 
 
 class TestRuns:

@@ -105,9 +105,11 @@ def run(args: argparse.Namespace) -> int:
               "and did the run enable telemetry?", file=sys.stderr)
         return EXIT_INPUT
     if window.cut_at_ns is not None:
-        print(f"rlsight timeline: wrote the first {args.max_spans:,} spans only (up to "
-              f"{window.cut_at_ns} ns since the epoch); pick a window with --steps A:B or raise "
-              "--max-spans", file=sys.stderr)
+        # Perfetto's time axis starts at the first span written (render.perfetto's origin).
+        axis_s = (window.cut_at_ns - min(s.start_ns for s in window.spans)) / 1e9
+        print(f"rlsight timeline: wrote the first {args.max_spans:,} spans only (those starting "
+              f"before {axis_s:.3f} s on the trace's time axis, {window.cut_at_ns} ns since the "
+              "epoch); pick a window with --steps A:B or raise --max-spans", file=sys.stderr)
     counts = write_chrome_trace(window.spans, output)
     if skipped:
         print(f"rlsight timeline: skipped {len(skipped)} unreadable record(s); "

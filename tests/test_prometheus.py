@@ -211,15 +211,20 @@ def test_a_taken_port_is_a_config_error_at_setup(tmp_path):
         with pytest.raises(ConfigError, match=f"prometheus_port={port}: cannot listen on 127.0.0.1:{port}"):
             rlsight.setup_telemetry(config)
     assert rlsight.last_step_summary() == {}
+    assert not (tmp_path / "run").exists()  # no run left for `rlsight runs` to list
 
 
 def test_a_host_that_cannot_be_bound_is_a_config_error_naming_the_host(tmp_path):
     host = "192.0.2.1"  # TEST-NET-1 (RFC 5737): never an address of this machine
+    earlier = tmp_path / "run" / "traces" / "driver-0-1.jsonl"  # a restart into a run that ran
+    earlier.parent.mkdir(parents=True)
+    earlier.write_text("{}\n")
     config = rlsight.TelemetryConfig(run_dir=str(tmp_path / "run"), prometheus_port=0, prometheus_host=host)
     with pytest.raises(ConfigError, match=rf"^TelemetryConfig.prometheus_host='{host}': cannot listen on "
                                           rf".*; use an address of this machine"):
         rlsight.setup_telemetry(config)
     assert rlsight.last_step_summary() == {}
+    assert earlier.read_text() == "{}\n"  # a folder the failed setup did not make is kept
 
 
 def test_the_port_comes_from_the_environment(monkeypatch, tmp_path):

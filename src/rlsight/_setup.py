@@ -8,8 +8,10 @@ defer its providers until its first span, so a Ray actor can still be named afte
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlsight import groups as _groups
@@ -87,6 +89,7 @@ def setup_telemetry(
             "TelemetryConfig.store_transport='ray' ships what each process's local store "
             "writes; set local_store=True, or store_transport='file'"
         )
+    fresh = config.local_store and not config.run_path.exists()
     if config.local_store:
         from rlsight._catalog import run_catalog
         from rlsight.store._manifest import write_manifest
@@ -104,10 +107,16 @@ def setup_telemetry(
         # raise now, not a warning to run on without telemetry.
         telemetry._build_providers()
     except OSError as exc:
+        if fresh:
+            _forget_run_folder(config.run_path)
         raise ConfigError(
             f"TelemetryConfig.run_dir={config.run_dir!r}: cannot open the local store "
             f"({exc.strerror}: {exc.filename}); choose another folder or set local_store=False"
         ) from exc
+    except ConfigError:
+        if fresh:
+            _forget_run_folder(config.run_path)
+        raise
     if config.stall_after_s is not None or config.stall_after_steps is not None:
         from rlsight.watchdog import Watchdog
 
@@ -125,6 +134,16 @@ def setup_telemetry(
             on_error=lambda exc: telemetry.report_internal_error("ray-sink-start", exc),
         )
     return install(telemetry)
+
+
+def _forget_run_folder(path: Path) -> None:
+    """Remove the run folder a failed setup just made (a taken Prometheus port, say), so that
+    `rlsight runs` does not list a run that never started; only while it holds nothing but the
+    manifest, so nothing a store wrote is ever deleted."""
+    with contextlib.suppress(OSError):
+        if [p.name for p in path.iterdir()] == ["manifest.json"]:
+            (path / "manifest.json").unlink()
+            path.rmdir()
 
 
 def init_worker(

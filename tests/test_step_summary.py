@@ -357,6 +357,8 @@ def test_spans_whose_attributes_are_not_the_sdks_bounded_ones_are_read_all_the_s
     from opentelemetry.trace import SpanContext
 
     from rlsight._step_rollup import live_spans
+    from rlsight.analysis.columns import BUCKET_CODES
+    from rlsight.analysis.online import live_columns
 
     def made(span_id: int, attributes: dict[str, object] | None) -> ReadableSpan:
         return ReadableSpan(name="rl.train.policy", context=SpanContext(1, span_id, False),
@@ -365,7 +367,9 @@ def test_spans_whose_attributes_are_not_the_sdks_bounded_ones_are_read_all_the_s
 
     spans = live_spans([made(1, {"rl.bucket": "idle"}), made(2, None)], 99, {})
     assert spans.rows == [10, None, 1, 1, 9, "rl.train.policy", {"rl.bucket": "idle"},
-                          20, None, 1, 2, 9, "rl.train.policy", {}]
+                          20, None, 1, 2, 9, "rl.train.policy", None]
+    cols = live_columns(spans)
+    assert cols.bucket.tolist() == [BUCKET_CODES["idle"], -1] and cols.end.tolist() == [99, 99]
 
 
 def test_without_numpy_the_run_goes_on_and_the_driver_says_why_once(tmp_path):

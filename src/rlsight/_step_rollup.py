@@ -74,12 +74,9 @@ WINDOW_SPANS: Final = 10_000
 #: Fields per row: ``len(rlsight.analysis.online.ROW_FIELDS)``, in that order (not imported:
 #: a worker imports numpy and the analysis only when its first window ends).
 _ROW: Final = 7
-#: Where the row's end and span id sit.
+#: Where a row's end and span id sit.
 _END: Final = 1
 _SPAN_ID: Final = 3
-_ATTRIBUTES: Final = 6
-#: A LeanSpan keeps its attributes as exactly a ``dict`` (until one is set on it).
-_DICT: Final = frozenset({dict})
 
 
 def rollup_available(driver: bool) -> bool:
@@ -99,8 +96,7 @@ def rollup_available(driver: bool) -> bool:
 
 
 def _row(span: ReadableSpan) -> tuple[Any, ...]:
-    """``span``'s row (see :data:`rlsight.analysis.online.ROW_FIELDS`), its attributes as the
-    span stores them (:func:`_dicts` makes them dicts when they are read)."""
+    """``span``'s row (see :data:`rlsight.analysis.online.ROW_FIELDS`)."""
     try:  # the SDK's own fields: a property read costs as much as the rest of the row
         context, parent = span._context, span._parent
         return (span._start_time, span._end_time, context[0], context[1],  # type: ignore[index]
@@ -111,21 +107,6 @@ def _row(span: ReadableSpan) -> tuple[Any, ...]:
                 0 if parent is None else parent.span_id, span.name, span.attributes)
 
 
-def _dicts(rows: list[Any]) -> None:
-    """Make every row's attributes a ``dict`` (what the columns' C-level passes take): the
-    SDK's own storage where it is one, else a copy (never mutated)."""
-    attributes = rows[_ATTRIBUTES::_ROW]
-    if not _DICT.issuperset(map(type, attributes)):  # an SDK span's storage, or none
-        rows[_ATTRIBUTES::_ROW] = [a if type(a) is dict else _as_dict(a) for a in attributes]
-
-
-def _as_dict(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
-    if attributes is None:
-        return {}
-    inner = getattr(attributes, "_dict", None)  # the SDK's BoundedAttributes
-    return inner if isinstance(inner, dict) else dict(attributes)
-
-
 def live_spans(spans: Iterable[ReadableSpan], now: int, resource: Any) -> LiveSpans:
     """The rows of ``spans``, read from the span objects (the spans still open at a roll-up)."""
     from rlsight.analysis.online import LiveSpans
@@ -133,7 +114,6 @@ def live_spans(spans: Iterable[ReadableSpan], now: int, resource: Any) -> LiveSp
     rows: list[Any] = []
     for span in spans:
         rows += _row(span)
-    _dicts(rows)
     return LiveSpans(rows, now, resource)
 
 
@@ -235,7 +215,9 @@ class StepRollupProcessor(SpanProcessor):
         rows = self._rows
         filed = len(rows)
         taken = self._first + filed // _ROW
-        out = carried + rows[(first_row - self._first) * _ROW:filed]
+        out = rows[(first_row - self._first) * _ROW:filed]
+        if carried:
+            out[:0] = carried
         count = len(out) // _ROW
         ids: set[int] | None = None
         for span in still_open:
@@ -246,7 +228,6 @@ class StepRollupProcessor(SpanProcessor):
                 if row[_SPAN_ID] in ids:
                     continue
             out += row
-        _dicts(out)
         return taken, count, LiveSpans(out, now, self._runtime.resource_attributes)
 
     def _trim(self) -> None:

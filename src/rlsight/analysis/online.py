@@ -104,6 +104,15 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
     n = len(spans)
     starts, ends, trace_ids, span_ids, parent_ids, span_names, attrs = (
         rows[i::_ROW] for i in range(_ROW))
+    codes: Mapping[Any, int] = BUCKET_CODES  # any value that is not a bucket name: -1
+    get: Callable[[dict[str, Any], str], Any] = dict.get
+    try:
+        bucket = np.fromiter(map(codes.get, map(get, attrs, repeat(BUCKET, n)), repeat(-1, n)),
+                             np.int8, n)
+    except TypeError:  # attributes kept in another mapping than a dict (an SDK span's)
+        attrs = [a if type(a) is dict else _as_dict(a) for a in attrs]
+        bucket = np.fromiter(map(codes.get, map(get, attrs, repeat(BUCKET, n)), repeat(-1, n)),
+                             np.int8, n)
     trace, traces = _trace_numbers(trace_ids, n)
     names = {x: i for i, x in enumerate(dict.fromkeys(span_names))}
     name = np.fromiter(map(names.__getitem__, span_names), np.int64, n)
@@ -119,10 +128,6 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
     if DISCARD_SPAN in names:
         kept = {i: dict(attrs[i]) for i in np.flatnonzero(name == names[DISCARD_SPAN]).tolist()}
         kept.update((i, dict(a)) for i, a in enumerate(attrs) if GROUP_ID in a)
-    codes: Mapping[Any, int] = BUCKET_CODES  # any value that is not a bucket name: -1
-    get: Callable[[dict[str, Any], str], Any] = dict.get
-    bucket = np.fromiter(map(codes.get, map(get, attrs, repeat(BUCKET, n)), repeat(-1, n)),
-                         np.int8, n)
     concurrent = np.zeros(n, np.bool_)
     if any(map(dict.__contains__, attrs, repeat(CONCURRENT, n))):
         concurrent = np.fromiter(map(is_, map(get, attrs, repeat(CONCURRENT, n)), repeat(True, n)),
@@ -161,6 +166,15 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
         source_slot=np.full(n, -1, np.int32),
         source_files=[],
     )
+
+
+def _as_dict(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Attributes as a ``dict``, which the columns read with ``dict.get`` in C-level passes:
+    the SDK's own storage where it is one (``BoundedAttributes`` keeps a dict), else a copy."""
+    if attributes is None:
+        return {}
+    inner = getattr(attributes, "_dict", None)
+    return inner if isinstance(inner, dict) else dict(attributes)
 
 
 def _trace_numbers(trace_ids: list[int], n: int) -> tuple[NDArray[np.int64], list[str]]:

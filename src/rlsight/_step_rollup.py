@@ -74,8 +74,7 @@ WINDOW_SPANS: Final = 10_000
 #: Fields per row: ``len(rlsight.analysis.online.ROW_FIELDS)``, in that order (not imported:
 #: a worker imports numpy and the analysis only when its first window ends).
 _ROW: Final = 7
-#: Where a row's end and span id sit.
-_END: Final = 1
+#: Where a row's span id sits.
 _SPAN_ID: Final = 3
 
 
@@ -174,12 +173,12 @@ class StepRollupProcessor(SpanProcessor):
                    0 if parent is None else parent[1], span._name, span._attributes)
         except AttributeError:
             row = _row(span)
-        sid = row[_SPAN_ID]
-        # Out of the open spans before it is filed: a roll-up that copies the open spans and
-        # then the rows meanwhile sees it once at least (see _take).
-        self._open.pop(sid, None)
         rows = self._rows
         rows += row
+        sid = row[_SPAN_ID]
+        # Filed before it leaves the open spans: a roll-up copies the open spans, then the
+        # rows, so it sees a span ending meanwhile in one or both (see _take), never in neither.
+        self._open.pop(sid, None)
         # ``>=``, not ``==``: app threads file concurrently and a cut leaves the rows filed
         # meanwhile, so the length can step over the mark without landing on it; missed, the
         # window would hold every span until the 10 s timer.
@@ -209,8 +208,10 @@ class StepRollupProcessor(SpanProcessor):
         spans' rows, and all of them."""
         from rlsight.analysis.online import LiveSpans
 
-        # The open spans first, then the rows: a span ending in between is in both (then it
-        # is read as filed) or, still being filed, only among the open ones.
+        # The open spans first, then the rows (on_end files a span, then drops it from the
+        # open ones): a span ending meanwhile is read among the rows, the open ones or both
+        # (then as the same row twice, which the table keeps once), never neither; read while
+        # still open, it ends now, and filed later the next window clips it to what follows.
         still_open = list(self._open.values())
         rows = self._rows
         filed = len(rows)
@@ -219,15 +220,8 @@ class StepRollupProcessor(SpanProcessor):
         if carried:
             out[:0] = carried
         count = len(out) // _ROW
-        ids: set[int] | None = None
         for span in still_open:
-            row = _row(span)
-            if row[_END] is not None:  # it ended since the copy: read it once
-                if ids is None:
-                    ids = set(out[_SPAN_ID::_ROW])
-                if row[_SPAN_ID] in ids:
-                    continue
-            out += row
+            out += _row(span)
         return taken, count, LiveSpans(out, now, self._runtime.resource_attributes)
 
     def _trim(self) -> None:

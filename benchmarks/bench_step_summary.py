@@ -1,10 +1,10 @@
 """What the driver's online per-step goodput costs (issue 17: at most 1 ms for 1,000 spans).
 
-1. The roll-up when a step of 1,000 spans ends (read the spans' fields, build the columns, run
+1. The roll-up when a step of 1,000 spans ends (take the rows filed as its spans ended, build the columns, run
    the report's rollup, build the summary, record the ``rl.goodput.*`` metrics), next to what
    creating those 1,000 spans costs the run in the first place (SDK start + end, local store
    off), so the ratio says how much the online summary adds to a step; and its parts, so the
-   breakdown is measured in the same run: reading the fields, building the columns, the
+   breakdown is measured in the same run: taking the step's rows, building the columns, the
    report's table and rollup, and the rest (summary dict, metrics, bookkeeping).
    Beside it, what every process pays every 10 s in a background thread for its busy time
    (``rl.goodput.process.seconds``) when those spans fall in one window.
@@ -28,8 +28,8 @@ from _harness import compare, emit_json, parse_args, ratio_table
 
 import rlsight
 from rlsight import RL, TelemetryConfig
-from rlsight._step_rollup import StepRollupProcessor, live_spans
-from rlsight.analysis.online import live_columns, step_goodput, window_buckets
+from rlsight._step_rollup import StepRollupProcessor, _row
+from rlsight.analysis.online import LiveSpans, live_columns, step_goodput, window_buckets
 
 SPANS = 1_000
 
@@ -60,35 +60,40 @@ def main() -> None:
     with rlsight.job_span():
         with rlsight.step_span(1) as step:
             make_spans()
-            children = list(proc._ended)
-    assert len(children) == SPANS // 3 * 3 and step.end_time is not None  # type: ignore[attr-defined]
+            first_row = proc._open_steps[step.get_span_context().span_id]
+            children = proc._rows[(first_row - proc._first) * 7:]
+    assert len(children) == SPANS // 3 * 3 * 7 and step.end_time is not None  # type: ignore[attr-defined]
     summary = rlsight.last_step_summary()
     assert summary["rlsight/productive_s"] > 0, summary
 
     step_id = step.get_span_context().span_id
-    ended = [*children, step]
+    rows = [*children, *_row(step)]  # type: ignore[arg-type]
     now = step.end_time  # type: ignore[attr-defined]
-    resource = telemetry.resource_attributes
 
     def rollup() -> None:
-        proc._ended = list(ended)
+        proc._rows[:] = rows
+        proc._first = proc._window_from = 0
         proc._open_steps[step_id] = 0
         proc._step_ended(step_id, step)  # type: ignore[arg-type]
 
-    fields = live_spans(ended, now, resource)  # type: ignore[arg-type]
-    cols = live_columns(fields)
+    def take() -> LiveSpans:
+        proc._rows[:] = rows
+        return proc._take(0, now, [])[2]
+
+    spans = take()
+    cols = live_columns(spans)
 
     def create_spans() -> None:
         make_spans()
-        proc._window.clear()
+        proc._rows.clear()
 
     results = compare({"online rollup of a 1,000-span step": rollup,
                        "creating the step's 999 spans": create_spans,
-                       "  part: reading the spans' fields": lambda: live_spans(ended, now, resource),  # type: ignore[arg-type]
-                       "  part: building the columns": lambda: live_columns(fields),
+                       "  part: taking the step's rows": take,
+                       "  part: building the columns": lambda: live_columns(spans),
                        "  part: the report's table and rollup": lambda: step_goodput(cols, step_id),
                        "busy-time window of the same spans": lambda: window_buckets(
-                           live_columns(live_spans(ended, now, resource)),  # type: ignore[arg-type]
+                           live_columns(take()),
                            step.start_time, now)},  # type: ignore[attr-defined]
                       number=1, rounds=rounds, loop_overhead=False, clock=time.thread_time_ns)
 
@@ -100,8 +105,7 @@ def main() -> None:
     def bookkeeping() -> None:
         proc.on_start(sample)  # type: ignore[arg-type]
         proc.on_end(sample)
-        proc._ended.clear()
-        proc._window.clear()
+        proc._rows.clear()
 
     def dict_set_pop() -> None:
         table[1] = sample

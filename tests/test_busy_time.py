@@ -176,7 +176,7 @@ def test_a_window_closes_early_once_many_spans_ended_in_it(tmp_path):
         while rollup._window_start == first and time.monotonic() < deadline:
             time.sleep(0.02)
         assert rollup._window_start > first
-        assert len(rollup._window) < WINDOW_SPANS
+        assert len(rollup._rows) // 7 < WINDOW_SPANS
 
 
 def test_the_window_stays_bounded_while_threads_emit_spans_flat_out(tmp_path):
@@ -195,7 +195,7 @@ def test_the_window_stays_bounded_while_threads_emit_spans_flat_out(tmp_path):
             for _ in range(per_thread):
                 with rlsight.span(RL.TRAINING, "rl.train.policy"):
                     pass
-                peak[0] = max(peak[0], len(rollup._window))
+                peak[0] = max(peak[0], len(rollup._rows) // 7)
 
         threads = [threading.Thread(target=work) for _ in range(4)]
         for t in threads:
@@ -204,3 +204,25 @@ def test_the_window_stays_bounded_while_threads_emit_spans_flat_out(tmp_path):
             t.join()
     assert peak[0] >= WINDOW_SPANS, "too little load to test anything"
     assert peak[0] <= 4 * WINDOW_SPANS + 1_000, f"the window held {peak[0]} spans"
+
+
+def test_a_span_filed_with_an_end_after_the_cut_counts_on_both_sides_of_it(tmp_path):
+    """A span ended with an explicit end time later than the next cut is carried into the
+    window after it: each window counts its own part, and they add up to the report."""
+    run_dir = tmp_path / "run"
+    telemetry = rlsight.setup_telemetry(_config(run_dir))
+    rollup = telemetry._rollup
+    assert rollup is not None
+    base = time.time_ns() + 10**9  # after the first window's start
+    try:
+        span = telemetry.tracer.start_span("rl.prop.work", start_time=base + 100,
+                                           attributes={"thread.id": 1, "rl.bucket": "idle"})
+        span.end(end_time=base + 500)
+        rollup._cut_at(base + 300)
+        rollup._cut_at(base + 800)
+    finally:
+        rlsight.shutdown_telemetry()
+    online = busy_seconds(run_dir)[("driver", 0)]
+    assert online["idle"] == pytest.approx(400e-9, abs=1e-15)
+    assert online["idle"] == pytest.approx(_report_rank(run_dir, "driver", 0)["idle"], abs=1e-15)
+

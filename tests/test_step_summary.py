@@ -169,7 +169,7 @@ class TestLastStepSummary:
             rlsight.shutdown_telemetry()
 
     def test_what_it_keeps_is_bounded_by_the_open_steps(self, tmp_path):
-        """Spans that end between steps are not kept; after a step only its successors stay."""
+        """A window's cut releases every row no open step reads; an open step keeps its own."""
         from rlsight._step_rollup import StepRollupProcessor
 
         with rlsight.setup_telemetry(_config(tmp_path / "r")) as t:
@@ -182,7 +182,17 @@ class TestLastStepSummary:
                             pass
                 with rlsight.span(RL.TRAINING, "rl.train.policy"):
                     pass
-            assert proc._ended == [] and proc._open_steps == {}
+            assert proc._open_steps == {}
+            proc.cut()
+            assert proc._rows == []
+            with rlsight.step_span(3):
+                for _ in range(5):
+                    with rlsight.span(RL.TRAINING, "rl.train.policy"):
+                        pass
+                proc.cut()
+                assert len(proc._rows) == 5 * 7, "the open step's rows stay, and only those"
+            proc.cut()
+            assert proc._rows == []
 
 
 # -- property: random span trees with explicit times -------------------------------------------
@@ -347,6 +357,8 @@ def test_spans_whose_attributes_are_not_the_sdks_bounded_ones_are_read_all_the_s
     from opentelemetry.trace import SpanContext
 
     from rlsight._step_rollup import live_spans
+    from rlsight.analysis.columns import BUCKET_CODES
+    from rlsight.analysis.online import live_columns
 
     def made(span_id: int, attributes: dict[str, object] | None) -> ReadableSpan:
         return ReadableSpan(name="rl.train.policy", context=SpanContext(1, span_id, False),
@@ -354,10 +366,10 @@ def test_spans_whose_attributes_are_not_the_sdks_bounded_ones_are_read_all_the_s
                             start_time=10 * span_id, end_time=None)
 
     spans = live_spans([made(1, {"rl.bucket": "idle"}), made(2, None)], 99, {})
-    assert [dict(a) for a in spans.attributes] == [{"rl.bucket": "idle"}, {}]
-    assert [c[1] for c in spans.contexts] == [1, 2] and [p[1] for p in spans.parents] == [9, 9]
-    assert list(spans.starts) == [10, 20] and list(spans.ends) == [None, None]
-    assert list(spans.names) == ["rl.train.policy"] * 2
+    assert spans.rows == [10, None, 1, 1, 9, "rl.train.policy", {"rl.bucket": "idle"},
+                          20, None, 1, 2, 9, "rl.train.policy", None]
+    cols = live_columns(spans)
+    assert cols.bucket.tolist() == [BUCKET_CODES["idle"], -1] and cols.end.tolist() == [99, 99]
 
 
 def test_without_numpy_the_run_goes_on_and_the_driver_says_why_once(tmp_path):

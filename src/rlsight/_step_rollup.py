@@ -1,14 +1,17 @@
 """The span processor that rolls goodput up while the run goes: per step (driver) and per
 window of wall time (every process).
 
-Per span it only files the SDK's span object: ``on_start`` puts it in a dict of open spans,
-``on_end`` pops it and appends it to the window's list and, while a step is open, to the
-step's (no lock: each is one atomic operation under the GIL). Everything else waits:
+Per span it files what the rollup reads, as the span ends: ``on_start`` puts the span in a
+dict of open spans; ``on_end`` pops it and appends one row of its field values (start, end,
+trace id, span id, parent id, name, attributes: the span's own objects, read from its fields,
+nothing converted) to one flat list that windows and steps share (no lock: one ``+=`` of a
+tuple is one atomic operation under the GIL, so the list only ever holds whole rows).
+Everything else waits:
 
-- **When an ``rl.step`` ends** (the driver only), the processor hands that list, plus the
-  spans still open (the ancestors that give a step's spans their depth in the trace tree, and
-  async tasks that outlive the step), to :func:`rlsight.analysis.online.step_goodput` as plain
-  per-field lists read in a few C-level passes: the report's own rollup, on the same spans the
+- **When an ``rl.step`` ends** (the driver only), the processor hands the rows filed since the
+  step began, plus the spans still open (the ancestors that give a step's spans their depth
+  in the trace tree, and async tasks that outlive the step), to
+  :func:`rlsight.analysis.online.step_goodput`: the report's own rollup, on the same spans the
   report reads for that step. The result is ``last_step_summary()`` and ``rl.goodput.*``.
 - **Every** :data:`WINDOW_S` **seconds** (sooner after :data:`WINDOW_SPANS` spans; and at
   ``flush_telemetry``/shutdown), in every process, a background thread partitions this
@@ -18,8 +21,10 @@ step's (no lock: each is one atomic operation under the GIL). Everything else wa
   summed over processes by Prometheus (through a collector) or read back from the local
   store, that is live fleet utilisation.
 
-What it keeps is bounded: after each roll-up only spans that end after both the earliest
-step still open and the last window's end stay. Spans still open are handed over as ending
+Rows are numbered in the order they were filed; the window and each open step remember the
+first row they read. What is kept is bounded: after each roll-up, rows before both the
+current window and the earliest step still open are dropped (a row of the last window that
+ends after its cut is carried into the next). Spans still open are handed over as ending
 now: inside the step's window (or the time window) that is exactly what they cover. Known
 difference from the report: an ancestor that ended before the step (or window) began, such
 as the parent of an async task that outlives it, is not kept, so its descendants count it as
@@ -31,13 +36,11 @@ from __future__ import annotations
 import importlib.util
 import threading
 import time
-from collections.abc import Mapping
-from operator import attrgetter
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
-from rlsight._readable import span_attributes
 from rlsight._semconv import BUCKET, RANK, STEP, STEP_SPAN, WORKER_GROUP
 from rlsight.errors import warn_once
 from rlsight.step_summary import (
@@ -53,8 +56,6 @@ from rlsight.step_summary import (
 )
 
 if TYPE_CHECKING:
-    import numpy as np
-    from numpy.typing import NDArray
     from opentelemetry.context import Context
     from opentelemetry.sdk.trace import Span
 
@@ -70,14 +71,11 @@ WINDOW_S: Final = 10.0
 #: A window also closes early once this many spans ended in it, so a process that emits
 #: thousands of spans a second never holds more than this many ended spans for it.
 WINDOW_SPANS: Final = 10_000
-#: The fields the rollup reads, as the SDK's ``ReadableSpan`` stores them: one C-level pass
-#: per field over the spans (the public properties cost a Python call per field per span, and
-#: one getter of all six fields costs more than six passes once its tuples are transposed).
-_FIELD_NAMES: Final = ("_context", "_parent", "_name", "_start_time", "_end_time", "_attributes")
-_FIELDS: Final = tuple(attrgetter(name) for name in _FIELD_NAMES)
-#: A LeanSpan keeps its attributes as exactly a ``dict`` (until one is set on it).
-_DICT: Final = frozenset({dict})
-_PUBLIC_FIELDS: Final = attrgetter("context", "parent", "name", "start_time", "end_time")
+#: Fields per row: ``len(rlsight.analysis.online.ROW_FIELDS)``, in that order (not imported:
+#: a worker imports numpy and the analysis only when its first window ends).
+_ROW: Final = 7
+#: Where a row's span id sits.
+_SPAN_ID: Final = 3
 
 
 def rollup_available(driver: bool) -> bool:
@@ -96,31 +94,26 @@ def rollup_available(driver: bool) -> bool:
     return found
 
 
-def live_spans(spans: list[ReadableSpan], now: int, resource: Any) -> LiveSpans:
-    """The per-field lists of ``spans`` the online rollup reads (no per-span conversion)."""
+def _row(span: ReadableSpan) -> tuple[Any, ...]:
+    """``span``'s row (see :data:`rlsight.analysis.online.ROW_FIELDS`)."""
+    try:  # the SDK's own fields: a property read costs as much as the rest of the row
+        context, parent = span._context, span._parent
+        return (span._start_time, span._end_time, context[0], context[1],  # type: ignore[index]
+                0 if parent is None else parent[1], span._name, span._attributes)
+    except AttributeError:  # an SDK that stores spans differently: the public properties
+        context, parent = span.context, span.parent
+        return (span.start_time, span.end_time, context.trace_id, context.span_id,
+                0 if parent is None else parent.span_id, span.name, span.attributes)
+
+
+def live_spans(spans: Iterable[ReadableSpan], now: int, resource: Any) -> LiveSpans:
+    """The rows of ``spans``, read from the span objects (the spans still open at a roll-up)."""
     from rlsight.analysis.online import LiveSpans
 
-    if not spans:
-        return LiveSpans((), (), (), (), (), (), now, resource)
-    attributes: list[Any]
-    try:
-        contexts, parents, names, starts, ends, attributes = (list(map(f, spans)) for f in _FIELDS)
-    except AttributeError:  # an SDK that stores spans differently: the public properties
-        contexts, parents, names, starts, ends = (
-            list(column) for column in zip(*map(_PUBLIC_FIELDS, spans), strict=True))
-        attributes = [_attributes_dict(s) for s in spans]
-    else:
-        if not _DICT.issuperset(map(type, attributes)):  # an SDK span's storage, or none
-            attributes = [a if type(a) is dict else _attributes_dict(s)
-                          for s, a in zip(spans, attributes, strict=True)]
-    return LiveSpans(contexts, parents, names, starts, ends, attributes, now, resource)
-
-
-def _attributes_dict(span: ReadableSpan) -> dict[str, Any]:
-    """``span``'s attributes as a ``dict``, which the columns read with ``dict.get`` in C-level
-    passes: the SDK's own storage where it is one, else a copy (never mutated)."""
-    attrs = span_attributes(span)
-    return attrs if isinstance(attrs, dict) else dict(attrs)
+    rows: list[Any] = []
+    for span in spans:
+        rows += _row(span)
+    return LiveSpans(rows, now, resource)
 
 
 class StepRollupProcessor(SpanProcessor):
@@ -135,11 +128,18 @@ class StepRollupProcessor(SpanProcessor):
         #: Serialises roll-ups (and step starts) against each other; spans never take it.
         self._lock = threading.Lock()
         self._open: dict[int, Span] = {}
+        self._rows: list[Any] = []
+        """The rows filed since the earliest row a window or an open step still reads."""
+        self._first = 0
+        """The number of the row at ``_rows[0]``."""
+        self._window_from = 0
+        """The first row of the current window."""
+        self._carried: list[Any] = []
+        """Rows of the last window that end after its cut: the next window reads them too."""
         self._open_steps: dict[int, int] = {}
-        self._ended: list[ReadableSpan] = []
-        """Spans ended while a step was open: the next step's roll-up reads them."""
-        self._window: list[ReadableSpan] = []
-        """Spans ended since the last window's end: the next window reads them."""
+        """Each open step's span id, and the first row its roll-up reads."""
+        self._full_at = WINDOW_SPANS * _ROW
+        """The length of ``_rows`` at which the current window holds WINDOW_SPANS spans."""
         self._window_start = time.time_ns()
         self._stop = False
         self._wake = threading.Event()
@@ -163,31 +163,36 @@ class StepRollupProcessor(SpanProcessor):
         self._open[sid] = span
         if name == STEP_SPAN and self._steps:
             with self._lock:
-                self._open_steps[sid] = span.start_time or 0
+                self._open_steps[sid] = self._first + len(self._rows) // _ROW
 
     def on_end(self, span: ReadableSpan) -> None:
+        # _row(span), inlined: this runs once per span, and a call is one more per span.
         try:
-            sid = span._context[1]  # type: ignore[index]
+            context, parent = span._context, span._parent
+            sid = context[1]  # type: ignore[index]
+            row = (span._start_time, span._end_time, context[0], sid,  # type: ignore[index]
+                   0 if parent is None else parent[1], span._name, span._attributes)
         except AttributeError:
-            sid = span.context[1]
+            row = _row(span)
+            sid = row[_SPAN_ID]
+        rows = self._rows
+        rows += row
+        # Filed before it leaves the open spans: a roll-up copies the open spans, then the
+        # rows, so it sees a span ending meanwhile in one or both (see _take), never in neither.
         self._open.pop(sid, None)
-        if self._windows is not None:
-            window = self._window
-            window.append(span)
-            # ``>=``, not ``==``: app threads append concurrently and a cut leaves the spans
-            # appended meanwhile, so the length can step over the mark without landing on it;
-            # missed, the window would hold every span until the 10 s timer.
-            if len(window) >= WINDOW_SPANS:
-                self._window_full(len(window))
+        # ``>=``, not ``==``: app threads file concurrently and a cut leaves the rows filed
+        # meanwhile, so the length can step over the mark without landing on it; missed, the
+        # window would hold every span until the 10 s timer.
+        if len(rows) >= self._full_at:
+            self._window_full()
         open_steps = self._open_steps
-        if open_steps:
-            self._ended.append(span)
-            if sid in open_steps:
-                self._step_ended(sid, span)
+        if open_steps and sid in open_steps:
+            self._step_ended(sid, span)
 
-    def _window_full(self, size: int) -> None:
+    def _window_full(self) -> None:
         """Wake the window thread, or cut on this thread once it falls behind (:meth:`_help_cut`);
         out of ``on_end`` so the common span pays for none of it."""
+        size = WINDOW_SPANS + (len(self._rows) - self._full_at) // _ROW
         if size >= 2 * WINDOW_SPANS:
             self._help_cut(wait_s=0.1 if size >= 4 * WINDOW_SPANS else 0.0)
         elif not self._wake.is_set():
@@ -197,45 +202,52 @@ class StepRollupProcessor(SpanProcessor):
         self._stop = True
         self._wake.set()
 
-    # -- roll-ups ---------------------------------------------------------------------------
-    def _take(self, kept: list[ReadableSpan], now: int) -> tuple[int, list[ReadableSpan], LiveSpans]:
-        """The spans of ``kept`` so far (how many), and those plus the open ones as field lists."""
-        count = len(kept)
-        batch = kept[:count]
-        return count, batch, live_spans([*batch, *self._open.copy().values()], now,
-                                        self._runtime.resource_attributes)
+    # -- roll-ups (under the lock) ------------------------------------------------------------
+    def _take(self, first_row: int, now: int, carried: list[Any]) -> tuple[int, int, LiveSpans]:
+        """The rows from row ``first_row`` on after ``carried``, then the spans still open:
+        the number of the row after the last one taken, how many rows came before the open
+        spans' rows, and all of them."""
+        from rlsight.analysis.online import LiveSpans
 
-    @staticmethod
-    def _keep(kept: list[ReadableSpan], count: int, batch: list[ReadableSpan],
-              ends: NDArray[np.int64] | None, floor: int | None) -> None:
-        """Drop the first ``count`` spans of ``kept`` but those ending after ``floor``
-        (``ends``: the end column of the roll-up that read them, if it got that far)."""
-        # Spans other threads appended meanwhile lie past ``count`` and stay.
-        if floor is None:
-            del kept[:count]
-        elif ends is None:
-            kept[:count] = [s for s in batch if (s.end_time or 0) > floor]
-        else:
-            kept[:count] = [batch[i] for i in (ends[:count] > floor).nonzero()[0].tolist()]
+        # The open spans first, then the rows (on_end files a span, then drops it from the
+        # open ones): a span ending meanwhile is read among the rows, the open ones or both
+        # (then as the same row twice, which the table keeps once), never neither; read while
+        # still open, it ends now, and filed later the next window clips it to what follows.
+        still_open = list(self._open.values())
+        rows = self._rows
+        filed = len(rows)
+        taken = self._first + filed // _ROW
+        out = rows[(first_row - self._first) * _ROW:filed]
+        if carried:
+            out[:0] = carried
+        count = len(out) // _ROW
+        for span in still_open:
+            out += _row(span)
+        return taken, count, LiveSpans(out, now, self._runtime.resource_attributes)
+
+    def _trim(self) -> None:
+        """Drop the rows before the current window and every open step."""
+        keep = min(self._open_steps.values(), default=self._window_from)
+        keep = min(keep, self._window_from)
+        if keep > self._first:
+            del self._rows[:(keep - self._first) * _ROW]
+            self._first = keep
+        self._full_at = (self._window_from - self._first + WINDOW_SPANS) * _ROW
 
     def _step_ended(self, sid: int, step: ReadableSpan) -> None:
         with self._lock:
-            if self._open_steps.pop(sid, None) is None:
+            first_row = self._open_steps.pop(sid, None)
+            if first_row is None:
                 return
-            count, ends = 0, None
-            batch: list[ReadableSpan] = []
             try:
-                count, batch, spans = self._take(self._ended, step.end_time or 0)
+                _, _, spans = self._take(first_row, step.end_time or 0, [])
                 from rlsight.analysis.online import live_columns
 
-                cols = live_columns(spans)
-                ends = cols.end
-                self._roll_up(sid, cols)
+                self._roll_up(sid, live_columns(spans))
             except Exception as exc:  # the runtime's guard: log once (raise when strict), run goes on
                 self._runtime.report_internal_error("step-goodput", exc)
             finally:
-                self._keep(self._ended, count, batch, ends,
-                           min(self._open_steps.values(), default=None))
+                self._trim()
 
     def _roll_up(self, step_id: int, cols: SpanColumns) -> None:
         from rlsight.analysis.online import step_goodput
@@ -280,14 +292,15 @@ class StepRollupProcessor(SpanProcessor):
         lo = self._window_start
         if now <= lo:
             return
-        count, ends = 0, None
-        batch: list[ReadableSpan] = []
+        carried, self._carried = self._carried, []
+        taken, count, spans = self._window_from, 0, None
+        ends = None
         try:
-            count, batch, spans = self._take(self._window, now)
+            taken, count, spans = self._take(self._window_from, now, carried)
             from rlsight.analysis.online import live_columns, window_buckets
 
             cols = live_columns(spans)
-            ends = cols.end
+            ends = cols.end[:count]
             seconds = window_buckets(cols, lo, now)
             self._window_start = now
             _record_window(self._runtime, seconds)
@@ -295,7 +308,12 @@ class StepRollupProcessor(SpanProcessor):
             self._window_start = now
             self._runtime.report_internal_error("busy-time", exc)
         finally:
-            self._keep(self._window, count, batch, ends, now)
+            if spans is not None and ends is not None:
+                rows = spans.rows
+                for i in (ends > now).nonzero()[0].tolist():
+                    self._carried += rows[i * _ROW:(i + 1) * _ROW]
+            self._window_from = taken
+            self._trim()
 
     def _cut_windows(self, window_s: float) -> None:
         while True:

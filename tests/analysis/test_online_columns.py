@@ -12,7 +12,7 @@ from opentelemetry.trace import SpanContext
 from rlsight._lean import LeanStarter
 from rlsight._step_rollup import live_spans
 from rlsight.analysis.columns import BUCKET_CODES, NO_STEP
-from rlsight.analysis.online import LiveSpans, live_columns
+from rlsight.analysis.online import ROW_FIELDS, LiveSpans, live_columns
 
 _ODD = st.sampled_from([None, True, False, 0, 1, 7, 2.0, "7", "productive", (1, 2)])
 _BUCKET = st.one_of(st.sampled_from([*BUCKET_CODES, "busy", "Idle"]), _ODD)
@@ -34,25 +34,30 @@ _span = st.tuples(_TRACE, st.integers(1, 2**64 - 1), st.one_of(st.none(), st.int
                   st.integers(0, 10**6), st.one_of(st.none(), st.integers(0, 10**6)), _attributes())
 
 
+def _field(spans: LiveSpans, name: str) -> list[object]:
+    return spans.rows[ROW_FIELDS.index(name)::len(ROW_FIELDS)]
+
+
 def _reference(spans: LiveSpans) -> dict[str, list[object]]:
     """Each column read one span at a time, by the rules the store reader applies."""
-    names = list(dict.fromkeys(spans.names))
-    traces = sorted({c[0] for c in spans.contexts})
+    span_names, attributes = _field(spans, "name"), _field(spans, "attributes")
+    names = list(dict.fromkeys(span_names))
+    traces = sorted(set(_field(spans, "trace_id")))
     step = []
-    for name, a in zip(spans.names, spans.attributes, strict=True):
+    for name, a in zip(span_names, attributes, strict=True):
         n = a.get("rl.step")
         ok = name == "rl.step" and type(n) is int and -(2**63) <= n < 2**63
         step.append(n if ok else NO_STEP)
     return {
-        "start": list(spans.starts),
-        "end": [spans.now if e is None else e for e in spans.ends],
-        "trace": [traces.index(c[0]) for c in spans.contexts],
-        "span_id": [c[1] for c in spans.contexts],
-        "parent_id": [0 if p is None else p[1] for p in spans.parents],
-        "name": [names.index(n) for n in spans.names],
-        "bucket": [BUCKET_CODES.get(a.get("rl.bucket"), -1) for a in spans.attributes],
-        "concurrent": [a.get("rl.concurrent") is True for a in spans.attributes],
-        "thread": [t if type(t) is int else 0 for t in (a.get("thread.id") for a in spans.attributes)],
+        "start": _field(spans, "start"),
+        "end": [spans.now if e is None else e for e in _field(spans, "end")],
+        "trace": [traces.index(t) for t in _field(spans, "trace_id")],
+        "span_id": _field(spans, "span_id"),
+        "parent_id": _field(spans, "parent_id"),
+        "name": [names.index(n) for n in span_names],
+        "bucket": [BUCKET_CODES.get(a.get("rl.bucket"), -1) for a in attributes],
+        "concurrent": [a.get("rl.concurrent") is True for a in attributes],
+        "thread": [t if type(t) is int else 0 for t in (a.get("thread.id") for a in attributes)],
         "step_no": step,
     }
 
@@ -62,17 +67,16 @@ def _reference(spans: LiveSpans) -> dict[str, list[object]]:
 def test_live_columns_equal_a_per_span_reading(rows):
     """bools are not thread ids, ``1`` is not ``rl.concurrent``, open spans end now, traces
     are numbered in the order of their ids."""
-    spans = LiveSpans(
-        contexts=[SpanContext(trace, sid, False) for trace, sid, *_ in rows],
-        parents=[None if p is None else SpanContext(1, p, False) for _, _, p, *_ in rows],
-        names=[r[3] for r in rows], starts=[r[4] for r in rows], ends=[r[5] for r in rows],
-        attributes=[r[6] for r in rows], now=10**7, resource={})
+    flat = [x for trace, sid, parent, name, start, end, attrs in rows
+            for x in (start, end, trace, sid, parent or 0, name, attrs)]
+    spans = LiveSpans(flat, now=10**7, resource={})
     cols = live_columns(spans)
     for field, want in _reference(spans).items():
         assert getattr(cols, field).tolist() == want, field
-    assert cols.names == list(dict.fromkeys(spans.names))
+    assert cols.names == list(dict.fromkeys(_field(spans, "name")))
     # The trace texts are order keys (the rollup reads only their order): one per trace, sorted.
-    assert len(cols.traces) == len({c[0] for c in spans.contexts}) and cols.traces == sorted(cols.traces)
+    traces = set(_field(spans, "trace_id"))
+    assert len(cols.traces) == len(traces) and cols.traces == sorted(cols.traces)
     assert len({len(getattr(cols, f)) for f in ("group", "process", "status", "source_file")}) == 1
 
 
@@ -89,7 +93,8 @@ def test_spans_with_plain_and_bounded_attributes_are_read_alike():
     for s in (plain, changed, sdk):
         s.end()
     spans = live_spans([plain, changed, sdk], 0, {})
-    assert all(isinstance(a, dict) for a in spans.attributes)
+    assert [type(a).__name__ for a in _field(spans, "attributes")] == [
+        "dict", "BoundedAttributes", "BoundedAttributes"]
     cols = live_columns(spans)
     assert cols.thread.tolist() == [5, 9, 3]
     assert cols.bucket.tolist() == [BUCKET_CODES["idle"], BUCKET_CODES["idle"], BUCKET_CODES["productive"]]
@@ -115,8 +120,7 @@ def test_trace_ids_beyond_128_bits_are_numbered_by_their_text():
     # No SDK makes them, but a span may carry one: the table orders traces by their hex text,
     # which for such ids is not the order of the numbers.
     ids = [2**128 + 1, 3, -1, 3]
-    spans = LiveSpans(
-        contexts=[SpanContext(t, i + 1, False) for i, t in enumerate(ids)], parents=[None] * 4,
-        names=["a"] * 4, starts=[0] * 4, ends=[1] * 4, attributes=[{}] * 4, now=1, resource={})
+    spans = LiveSpans([x for i, t in enumerate(ids) for x in (0, 1, t, i + 1, 0, "a", {})],
+                      now=1, resource={})
     text = [format(t, "032x") for t in ids]
     assert live_columns(spans).trace.tolist() == [sorted(set(text)).index(t) for t in text]

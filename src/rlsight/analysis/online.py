@@ -1,9 +1,9 @@
 """One step's goodput from the driver's live spans, by the offline rollup's own functions.
 
 The driver's span processor hands over the spans of the step that just ended (and what else
-it still holds: the ancestors that give them their depth, spans of other threads) as plain
-per-field lists (:class:`LiveSpans`), taken from the SDK's spans without any per-span
-conversion. This module turns them into the same :class:`~rlsight.analysis.columns.SpanColumns`
+it still holds: the ancestors that give them their depth, spans of other threads) as the
+rows it filed as each span ended (:class:`LiveSpans`: the span's own field values, no
+per-span conversion). This module turns them into the same :class:`~rlsight.analysis.columns.SpanColumns`
 the store reader builds (but for the trace texts, which only need to sort alike: see
 :func:`live_columns`), with numpy in a few C-level passes, and runs the same table, step,
 partition and discard code as ``rlsight report`` on them. There is no second rollup: a step's
@@ -17,10 +17,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import repeat
-from operator import is_, itemgetter
+from operator import is_
 from typing import Any, Final
 
 import numpy as np
@@ -44,12 +44,10 @@ from rlsight.analysis.goodput import RunPartition, contributors, partition_timel
 from rlsight.analysis.model import Buckets, Contributor
 from rlsight.analysis.wasted import charge_discards
 
-__all__ = ["LiveSpans", "StepGoodput", "live_columns", "step_goodput", "window_buckets"]
+__all__ = ["ROW_FIELDS", "LiveSpans", "StepGoodput", "live_columns", "step_goodput", "window_buckets"]
 
 _INT64_MIN: Final = -(1 << 63)
 _INT64_MAX: Final = (1 << 63) - 1
-_FIRST: Final = itemgetter(0)
-_SECOND: Final = itemgetter(1)
 _INT: Final = {int}
 
 
@@ -63,24 +61,28 @@ class StepGoodput:
     """Per bucket, every span name that decided time in the step, biggest first."""
 
 
+#: The fields of a span's row in :class:`LiveSpans`, in order.
+ROW_FIELDS: Final = ("start", "end", "trace_id", "span_id", "parent_id", "name", "attributes")
+_ROW: Final = len(ROW_FIELDS)
+
+
 @dataclass(frozen=True, slots=True)
 class LiveSpans:
-    """Spans of one process as the SDK holds them, one sequence per field, same order.
+    """Spans of one process as the driver's span processor files them as they end: one row
+    of :data:`ROW_FIELDS` per span, the rows laid end to end in one flat list.
 
-    ``contexts`` and ``parents`` are OpenTelemetry ``SpanContext`` values (tuples whose first
-    two items are the trace id and span id; a parent may be ``None``); ``ends`` hold
-    ``None`` for a span still open, which then counts as ending at ``now``.
+    A row holds the span's own objects (no conversion when it is filed): start and end
+    (``None`` for a span still open, which then counts as ending at ``now``), the trace id,
+    the span id, the parent's span id (0 for a root), the name, and the attributes as a
+    ``dict`` (read with ``dict.get`` in C-level passes).
     """
 
-    contexts: Sequence[tuple[Any, ...]]
-    parents: Sequence[tuple[Any, ...] | None]
-    names: Sequence[str]
-    starts: Sequence[int]
-    ends: Sequence[int | None]
-    attributes: Sequence[dict[str, Any]]
-    """Each span's attributes as a ``dict`` (read with ``dict.get`` in C-level passes)."""
+    rows: list[Any]
     now: int
     resource: Mapping[str, Any]
+
+    def __len__(self) -> int:
+        return len(self.rows) // _ROW
 
 
 def live_columns(spans: LiveSpans) -> SpanColumns:
@@ -88,9 +90,8 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
     reads; the group, status and numeric attribute columns stay empty, and the kept attribute
     dicts unless a discard is among the spans: no rollup reads them).
 
-    ``spans.attributes`` must be ``dict`` instances (what :func:`rlsight._step_rollup.live_spans`
-    hands over): every column is one C-level pass over a field (``map`` of a C function,
-    ``np.fromiter``), not a Python expression per span.
+    Each field is one strided slice of the rows; every column is one C-level pass over a
+    field (``map`` of a C function, ``np.fromiter``), not a Python expression per span.
 
     One difference from the store reader's columns, local to this module: ``traces`` holds
     an order key per trace, not its hex text. The rollup reads trace text only for its order
@@ -99,12 +100,22 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
     are shared strings that sort in that order: a window whose spans are roots has a trace
     each, and formatting each id cost more than the rest of its columns.
     """
-    n = len(spans.names)
-    trace, traces = _trace_numbers(list(map(_FIRST, spans.contexts)), n)
-    names = {x: i for i, x in enumerate(dict.fromkeys(spans.names))}
-    name = np.fromiter(map(names.__getitem__, spans.names), np.int64, n)
-    attrs = spans.attributes
-    now = spans.now
+    rows = spans.rows
+    n = len(spans)
+    starts, ends, trace_ids, span_ids, parent_ids, span_names, attrs = (
+        rows[i::_ROW] for i in range(_ROW))
+    codes: Mapping[Any, int] = BUCKET_CODES  # any value that is not a bucket name: -1
+    get: Callable[[dict[str, Any], str], Any] = dict.get
+    try:
+        bucket = np.fromiter(map(codes.get, map(get, attrs, repeat(BUCKET, n)), repeat(-1, n)),
+                             np.int8, n)
+    except TypeError:  # attributes kept in another mapping than a dict (an SDK span's)
+        attrs = [a if type(a) is dict else _as_dict(a) for a in attrs]
+        bucket = np.fromiter(map(codes.get, map(get, attrs, repeat(BUCKET, n)), repeat(-1, n)),
+                             np.int8, n)
+    trace, traces = _trace_numbers(trace_ids, n)
+    names = {x: i for i, x in enumerate(dict.fromkeys(span_names))}
+    name = np.fromiter(map(names.__getitem__, span_names), np.int64, n)
     step_no = np.full(n, NO_STEP, np.int64)
     for i in np.flatnonzero(name == names.get(STEP_SPAN, -1)).tolist():
         number = attrs[i].get(STEP)
@@ -117,10 +128,6 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
     if DISCARD_SPAN in names:
         kept = {i: dict(attrs[i]) for i in np.flatnonzero(name == names[DISCARD_SPAN]).tolist()}
         kept.update((i, dict(a)) for i, a in enumerate(attrs) if GROUP_ID in a)
-    codes: Mapping[Any, int] = BUCKET_CODES  # any value that is not a bucket name: -1
-    get: Callable[[dict[str, Any], str], Any] = dict.get
-    bucket = np.fromiter(map(codes.get, map(get, attrs, repeat(BUCKET, n)), repeat(-1, n)),
-                         np.int8, n)
     concurrent = np.zeros(n, np.bool_)
     if any(map(dict.__contains__, attrs, repeat(CONCURRENT, n))):
         concurrent = np.fromiter(map(is_, map(get, attrs, repeat(CONCURRENT, n)), repeat(True, n)),
@@ -128,14 +135,16 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
     threads: list[Any] = list(map(get, attrs, repeat(THREAD_ID, n)))
     if set(map(type, threads)) != _INT:  # a missing or non-int thread id: timeline 0
         threads = [t if type(t) is int else 0 for t in threads]
-    parents = [0 if p is None else p[1] for p in spans.parents]
+    try:
+        end = np.fromiter(ends, np.int64, n)
+    except TypeError:  # a span still open: it ends now
+        end = np.array([spans.now if e is None else e for e in ends], np.int64)
     return SpanColumns(
-        start=np.fromiter(spans.starts, np.int64, n),
-        end=(np.fromiter(spans.ends, np.int64, n) if None not in spans.ends
-             else np.array([now if e is None else e for e in spans.ends], np.int64)),
+        start=np.fromiter(starts, np.int64, n),
+        end=end,
         trace=trace,
-        span_id=np.fromiter(map(_SECOND, spans.contexts), np.uint64, n),
-        parent_id=np.fromiter(parents, np.uint64, n),
+        span_id=np.fromiter(span_ids, np.uint64, n),
+        parent_id=np.fromiter(parent_ids, np.uint64, n),
         name=name,
         group=np.zeros(n, np.int64),
         bucket=bucket,
@@ -157,6 +166,15 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
         source_slot=np.full(n, -1, np.int32),
         source_files=[],
     )
+
+
+def _as_dict(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Attributes as a ``dict``, which the columns read with ``dict.get`` in C-level passes:
+    the SDK's own storage where it is one (``BoundedAttributes`` keeps a dict), else a copy."""
+    if attributes is None:
+        return {}
+    inner = getattr(attributes, "_dict", None)
+    return inner if isinstance(inner, dict) else dict(attributes)
 
 
 def _trace_numbers(trace_ids: list[int], n: int) -> tuple[NDArray[np.int64], list[str]]:

@@ -34,3 +34,12 @@ def test_a_bad_demo_flag_names_the_command_the_user_typed():
     assert done.returncode == 2
     assert "rlsight demo: error: argument --mode" in done.stderr
     assert "python -m" not in done.stderr
+
+
+def test_version_prints_what_the_package_says_on_stdout(capsys):
+    import rlsight
+
+    assert main(["--version"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == f"rlsight {rlsight.__version__}\n"
+    assert captured.err == ""

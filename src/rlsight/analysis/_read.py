@@ -1,6 +1,6 @@
 """Read a run folder's spans into :class:`~rlsight.analysis.columns.SpanColumns`, fast.
 
-The store walks each request once (:func:`rlsight.store._reader.file_span_batches`); this
+The store walks each request once (:func:`rlsight.store._reader.file_span_blocks`); this
 module projects the walked requests onto columns file by file, keeps each file's columns in
 the run's column cache (:mod:`rlsight.analysis._cache`) and reads from the JSON only what the
 cache does not cover. Parsing and walking JSON is most of the cost, so a large read is shared
@@ -29,7 +29,7 @@ from rlsight._spare_worker import PARALLEL_MIN_BYTES, usable_cpus
 from rlsight.analysis import _cache
 from rlsight.analysis.columns import ColumnBuilder, SpanColumns, concat_columns
 from rlsight.store._lines import PARSE_ERRORS, LineCursor, last_line_end
-from rlsight.store._reader import file_span_batches, not_otlp, trace_files
+from rlsight.store._reader import SpanBatch, SpanBlock, file_span_blocks, not_otlp, trace_files
 from rlsight.store._schema import SkippedRecord
 
 __all__ = [
@@ -68,14 +68,25 @@ def _read_range(
 ) -> tuple[SpanColumns, list[SkippedRecord]]:
     builder = ColumnBuilder()
     skipped: list[SkippedRecord] = []
-    for item in file_span_batches(path, start, stop, cursor):
+
+    def add(item: SpanBatch | SkippedRecord) -> None:
         if isinstance(item, SkippedRecord):
             skipped.append(item)
-            continue
+            return
         try:
             builder.add_batch(item)
         except PARSE_ERRORS as exc:
             skipped.append(not_otlp(item.path, item.line, exc))
+
+    for item in file_span_blocks(path, start, stop, cursor):
+        if not isinstance(item, SpanBlock):
+            add(item)
+            continue
+        try:
+            builder.add_batch(item.batch, item.requests)
+        except PARSE_ERRORS:  # a request in it is not readable: each is read or skipped alone
+            for part in item.apart():
+                add(part)
     return builder.finish(), skipped
 
 

@@ -310,8 +310,10 @@ class ColumnBuilder:
             self.resources.append(resource)
         return index
 
-    def add_batch(self, batch: SpanBatch) -> None:
-        """Project one walked request and append it.
+    def add_batch(self, batch: SpanBatch, requests: Sequence[tuple[int, int]] | None = None) -> None:
+        """Project one walked request (or several: ``requests`` gives each one's line and span
+        count, as a :class:`~rlsight.store._reader.SpanBlock` does, whose ids and names are
+        strings by its types) and append it.
 
         Raises:
             ValueError: an attribute the analysis reads is not OTLP (nothing is appended).
@@ -319,18 +321,24 @@ class ColumnBuilder:
         projected = self._project(
             batch.trace_id, batch.span_id, batch.parent_span_id, batch.name, batch.start_ns,
             batch.end_ns, batch.status_code, batch.resource, batch.attribute_sets,
-            batch.attribute_set, raw=True)
+            batch.attribute_set, raw=True, strings=requests is not None)
         self._add(projected, [self.add_process(r) for r in batch.resources])
-        self.sources.append((self.files.setdefault(batch.path, len(self.files)), batch.line, len(batch)))
+        file = self.files.setdefault(batch.path, len(self.files))
+        if requests is None:
+            self.sources.append((file, batch.line, len(batch)))
+        else:
+            self.sources += [(file, line, count) for line, count in requests]
 
     def _project(
         self, trace: Sequence[Any], sid: Sequence[Any], pid: Sequence[Any], name: Sequence[Any],
         start: Sequence[int], end: Sequence[int], status: Sequence[int], resource: Sequence[int],
         maps: Sequence[Mapping[str, Any]], map_of: Sequence[int] | None, *, raw: bool,
+        strings: bool = False,
     ) -> _Batch:
         """The batch's columns; span ``i``'s attributes are ``maps[map_of[i]]`` (``maps[i]``
         when ``map_of`` is None). Maps this builder has read before keep their rows; the
-        others are read now (and may raise: then nothing of the batch is added)."""
+        others are read now (and may raise: then nothing of the batch is added). ``strings``:
+        the ids and names are lists of str (not checked again)."""
         rows: list[int] = []
         new_maps: list[Mapping[str, Any]] = []
         rows_of, first_new = self.rows_of, len(self.row_grouped)
@@ -358,9 +366,11 @@ class ColumnBuilder:
                         whole = decoded[r] = decode_attributes(maps[j]) if raw else dict(maps[j])
                     kept.append((i, whole))
         return _Batch(
-            trace=_as_strs(trace), name=_as_strs(name), start=start, end=end, status=status,
-            names=distinct if set(map(type, distinct)) <= {str} else None,
-            resource=resource, span_id=_hex_ids(sid), parent_id=_hex_ids(pid), row=row,
+            trace=trace if strings else _as_strs(trace),  # type: ignore[arg-type]
+            name=name if strings else _as_strs(name),  # type: ignore[arg-type]
+            start=start, end=end, status=status,
+            names=distinct if strings or set(map(type, distinct)) <= {str} else None,
+            resource=resource, span_id=_hex_ids(sid, strings), parent_id=_hex_ids(pid, strings), row=row,
             new_maps=new_maps, new_rows=new_rows, kept=kept, decoded=decoded,
         )
 
@@ -372,7 +382,7 @@ class ColumnBuilder:
         _append(self.start, batch.start)
         _append(self.end, batch.end)
         _append(self.status, batch.status)
-        _append(self.process, array("q", processes[:1]) * len(batch.resource) if len(processes) == 1
+        _append(self.process, array("q", processes[:1]) * len(batch.resource) if len(set(processes)) == 1
                 else [processes[r] for r in batch.resource])
         self.span_id.append(batch.span_id)
         self.parent_id.append(batch.parent_id)
@@ -455,20 +465,31 @@ class ColumnBuilder:
         )
 
 
-def _hex_ids(ids: Sequence[Any]) -> NDArray[np.uint64]:
+def _hex_ids(ids: Sequence[Any], strings: bool = False) -> NDArray[np.uint64]:
     """16-hex-digit span ids as uint64 (empty string -> 0), in one C-level conversion.
 
     An id of another length is not what OTel writes; it still gets a stable number (its
-    value modulo 2**64) so a hand-written run with short ids reads the same way.
+    value modulo 2**64) so a hand-written run with short ids reads the same way. ``strings``:
+    every id is known to be a str.
     """
     if not ids:
         return np.zeros(0, dtype=np.uint64)
-    joined = "".join(ids) if set(map(type, ids)) <= {str} else ""
-    if len(joined) == 16 * len(ids):
-        try:
-            return np.frombuffer(bytes.fromhex(joined), dtype=">u8").astype(np.uint64)
-        except ValueError:
-            pass
+    if strings or set(map(type, ids)) <= {str}:
+        # Roots' empty parent ids are 0: the others are converted together, then spread.
+        given = ids.count("")
+        present = [i for i in ids if i] if given else ids
+        joined = "".join(present)
+        if len(joined) == 16 * len(present):
+            try:
+                values = np.frombuffer(bytes.fromhex(joined), dtype=">u8").astype(np.uint64)
+            except ValueError:
+                pass
+            else:
+                if not given:
+                    return values
+                out = np.zeros(len(ids), dtype=np.uint64)
+                out[np.fromiter(map(bool, ids), dtype=bool, count=len(ids))] = values
+                return out
     return np.asarray([_hex_id(i) for i in ids], dtype=np.uint64)
 
 

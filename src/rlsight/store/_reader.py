@@ -42,11 +42,13 @@ __all__ = [
     "MetricPoint",
     "MetricReadResult",
     "SpanBatch",
+    "SpanBlock",
     "SpanReadResult",
     "attribute_value",
     "attribute_values",
     "decode_attributes",
     "file_span_batches",
+    "file_span_blocks",
     "not_otlp",
     "read_metrics",
     "read_spans",
@@ -271,8 +273,8 @@ _MEMO_LISTS = 4096
 
 
 class _TypedWalk:
-    """:func:`_walk_spans` for a line decoded by msgspec into :mod:`rlsight.store._typed`
-    types, for the lines of one read: the same batch, several times faster.
+    """:func:`_walk_spans` for lines decoded by msgspec into :mod:`rlsight.store._typed`
+    types, for the lines of one read: the same spans, several times faster.
 
     Each distinct attribute list (as raw bytes) is parsed once per read and its map shared
     by every span that repeats it. A line the types refuse, or whose attribute lists or
@@ -290,19 +292,32 @@ class _TypedWalk:
         self.lists: dict[bytes, dict[str, Any]] = {}
 
     def __call__(self, raw: bytes, path: str, line: int) -> SpanBatch:
-        request = self.decode(raw)
+        return self.walk(path, [(line, self.decode(raw))])[0]
+
+    def walk(self, path: str, requests: list[tuple[int, Any]]) -> tuple[SpanBatch, list[int]]:
+        """One batch of the spans of ``requests`` (line number, decoded request), in order,
+        whose ``line`` is the first request's, and each request's span count. Per-span work
+        is done once over all of them."""
         parse = self.parse
         resources: list[dict[str, AttributeValue]] = []
         owner: list[int] = []
         spans: list[Any] = []
-        for rs in request.resource_spans:
-            index = len(resources)
-            resources.append(_attributes(parse(bytes(rs.resource)).get("attributes")))
-            for ss in rs.scope_spans:
-                got = ss.spans
-                spans += got
-                owner += [index] * len(got)
-        raws = [bytes(s.attributes) for s in spans]
+        counts: list[int] = []
+        for _, request in requests:
+            first = len(spans)
+            for rs in request.resource_spans:
+                index = len(resources)
+                resources.append(_attributes(parse(bytes(rs.resource)).get("attributes")))
+                for ss in rs.scope_spans:
+                    got = ss.spans
+                    spans += got
+                    owner += [index] * len(got)
+            counts.append(len(spans) - first)
+        # One copy of every span's attribute list, cut apart again: a NUL byte is in no valid
+        # JSON text, so it separates them; bytes() of each would cost four times as much.
+        raws = b"\0".join([s.attributes for s in spans]).split(b"\0") if spans else []
+        if len(raws) != len(spans):
+            raise ValueError("an attribute list holds a NUL byte")
         local: dict[bytes, Any] = dict.fromkeys(raws)
         sets: list[dict[str, Any]] = []
         known = self.lists
@@ -325,7 +340,7 @@ class _TypedWalk:
             codes = array("q", int64s([st.code for st in given]))
             messages = [st.message for st in given]
         return SpanBatch(
-            path=path, line=line, resources=resources, resource=owner,
+            path=path, line=requests[0][0], resources=resources, resource=owner,
             trace_id=[s.trace_id for s in spans],
             span_id=[s.span_id for s in spans],
             parent_span_id=[s.parent_span_id for s in spans],
@@ -337,7 +352,7 @@ class _TypedWalk:
             kind=[s.kind for s in spans],
             attribute_sets=sets,
             attribute_set=list(map(local.__getitem__, raws)),
-        )
+        ), counts
 
 
 def store_files(run_dir: Path, kind: str) -> list[Path]:
@@ -392,22 +407,103 @@ def file_span_batches(
     for item in numbered_lines(path, start, stop, cursor, only):
         if isinstance(item, SkippedRecord):
             yield item
+        else:
+            yield _line_batch(typed, parse, name, *item)
+
+
+def _line_batch(
+    typed: _TypedWalk | None, parse: Callable[[bytes], Any], path: str, number: int, raw: bytes,
+) -> SpanBatch | SkippedRecord:
+    """Line ``number`` walked: typed where it decodes that way, else as plain JSON."""
+    if typed is not None:
+        try:
+            return typed(raw, path, number)
+        except typed.errors:
+            pass  # not the usual shape: the generic walk judges the line
+    parsed = parse_line(parse, Path(path), number, raw)
+    if isinstance(parsed, SkippedRecord):
+        return parsed
+    try:
+        return _walk_spans(parsed[1], path, number)
+    except PARSE_ERRORS as exc:
+        return not_otlp(path, number, exc)
+
+
+#: Line bytes a :class:`SpanBlock` gathers at most (its structs and columns are a few times more).
+_BLOCK_BYTES = 1048576
+
+
+@dataclass(frozen=True, slots=True)
+class SpanBlock:
+    """Consecutive requests of a file walked as one :class:`SpanBatch` (``batch``, whose
+    ``line`` is the first request's): per-span work costs less done once over many lines.
+
+    ``requests`` holds each request's line number and span count, in order. A reader that
+    refuses the block as a whole (a value it reads is not OTLP) takes it :meth:`apart`, to
+    read or skip each request on its own, as :func:`file_span_batches` would have.
+    """
+
+    batch: SpanBatch
+    requests: list[tuple[int, int]]
+    lines: list[bytes]
+
+    def apart(self) -> Iterator[SpanBatch | SkippedRecord]:
+        """Each request walked on its own, as :func:`file_span_batches` yields them."""
+        typed, parse, path = _typed_walk(), loads(), self.batch.path
+        for (number, _), raw in zip(self.requests, self.lines, strict=True):
+            yield _line_batch(typed, parse, path, number, raw)
+
+
+def file_span_blocks(
+    path: Path, start: int = 0, stop: int | None = None, cursor: LineCursor | None = None,
+) -> Iterator[SpanBlock | SpanBatch | SkippedRecord]:
+    """:func:`file_span_batches` with runs of consecutive lines that decode typed gathered
+    into :class:`SpanBlock` s (up to :data:`_BLOCK_BYTES` of lines each): the same spans and
+    skipped lines, in the same order, for readers that take many spans at a time."""
+    name = str(path)
+    typed = _typed_walk()
+    if typed is None:
+        yield from file_span_batches(path, start, stop, cursor)
+        return
+    parse = loads()
+    gathered: list[tuple[int, Any]] = []
+    lines: list[bytes] = []
+    size = 0
+
+    def flush() -> Iterator[SpanBlock | SpanBatch | SkippedRecord]:
+        nonlocal size
+        if not gathered:
+            return
+        try:
+            batch, counts = typed.walk(name, gathered)
+        except typed.errors:  # some line is not the usual shape: each is judged on its own
+            for (number, _), raw in zip(gathered, lines, strict=True):
+                yield _line_batch(typed, parse, name, number, raw)
+        else:
+            yield SpanBlock(batch, [(n, c) for (n, _), c in zip(gathered, counts, strict=True)],
+                            list(lines))
+        gathered.clear()
+        lines.clear()
+        size = 0
+
+    for item in numbered_lines(path, start, stop, cursor):
+        if isinstance(item, SkippedRecord):
+            yield from flush()
+            yield item
             continue
         number, raw = item
-        if typed is not None:
-            try:
-                yield typed(raw, name, number)
-                continue
-            except typed.errors:
-                pass  # not the usual shape: the generic walk judges the line
-        parsed = parse_line(parse, path, number, raw)
-        if isinstance(parsed, SkippedRecord):
-            yield parsed
-            continue
         try:
-            yield _walk_spans(parsed[1], name, number)
-        except PARSE_ERRORS as exc:
-            yield not_otlp(name, number, exc)
+            request = typed.decode(raw)
+        except typed.errors:
+            yield from flush()
+            yield _line_batch(None, parse, name, number, raw)
+            continue
+        gathered.append((number, request))
+        lines.append(raw)
+        size += len(raw)
+        if size >= _BLOCK_BYTES:
+            yield from flush()
+    yield from flush()
 
 
 def _typed_walk() -> _TypedWalk | None:

@@ -14,6 +14,7 @@ from typing import Final
 import numpy as np
 
 from rlsight.analysis._intervals import covered_length
+from rlsight.analysis._sums import group_sums
 from rlsight.analysis._table import SpanTable
 from rlsight.analysis.model import SpanStat
 from rlsight.store._schema import STATUS_ERROR
@@ -43,10 +44,8 @@ def top_spans(table: SpanTable) -> list[SpanStat]:
     cols = table.cols
     n = len(cols.names)
     counts = np.bincount(cols.name, minlength=n)
-    total = np.zeros(n, dtype=np.int64)
-    own = np.zeros(n, dtype=np.int64)
-    np.add.at(total, cols.name, table.duration)
-    np.add.at(own, cols.name, self_time(table))
+    total = group_sums(cols.name, table.duration, n)
+    own = group_sums(cols.name, self_time(table), n)
     errors = np.bincount(cols.name[cols.status == STATUS_ERROR], minlength=n)
     stats = [SpanStat(cols.names[i], int(counts[i]), int(total[i]), int(own[i]), int(errors[i]))
              for i in np.flatnonzero(counts)]

@@ -21,6 +21,7 @@ from numpy.typing import NDArray
 
 from rlsight._semconv import PROMPTS
 from rlsight.analysis._steps import Steps
+from rlsight.analysis._sums import group_counts
 from rlsight.analysis._table import SpanTable
 from rlsight.analysis.model import GroupVolume, Volume
 
@@ -57,9 +58,7 @@ def volume(table: SpanTable, steps: Steps, per_step: Mapping[str, bool] | None) 
     n_steps, n_groups = len(steps), len(cols.groups)
     row = steps.of_span
     inside = row >= 0
-    counts = np.zeros((n_groups, max(n_steps, 1)), dtype=np.int64)
-    np.add.at(counts, (cols.group[inside], row[inside]), 1)
-    counts = counts[:, :n_steps]
+    counts = group_counts(cols.group[inside], row[inside], (n_groups, max(n_steps, 1)))[:, :n_steps]
     outside = np.bincount(cols.group[~inside], minlength=n_groups)
     prompts = cols.prompts[steps.span] if n_steps else np.zeros(0)
     signal_name = "none"

@@ -243,3 +243,22 @@ def test_int64_column_without_numpy_reads_value_by_value(monkeypatch: pytest.Mon
     assert int64_column(["1700000000000000001", "2"]).tolist() == [1700000000000000001, 2]
     with pytest.raises(ValueError, match="outside the int64 range"):
         int64_column(["9999999999999999999"])
+
+
+def test_a_block_with_one_unreadable_line_loses_that_line_only(tmp_path: Path) -> None:
+    """Lines are read in blocks; a value the analysis reads that is not OTLP (an ``intValue``
+    of ``"x"``) skips its own line, and the lines around it keep their numbers and spans."""
+    def line(thread: str, sid: int) -> str:
+        span = {"traceId": "0" * 31 + "1", "spanId": f"{sid:016x}", "name": "w",
+                "startTimeUnixNano": "1", "endTimeUnixNano": "2",
+                "attributes": [{"key": "thread.id", "value": {"intValue": thread}}]}
+        spans = [span, dict(span, spanId=f"{sid + 1:016x}")]
+        return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]})
+
+    (tmp_path / "traces").mkdir()
+    path = tmp_path / "traces" / "p-0-1.jsonl"
+    path.write_text("".join(line(t, 2 * i) + "\n" for i, t in enumerate(["7", "x", "9"])))
+    cols, skipped, _ = read_span_columns(tmp_path, workers=1, cache=False)
+    assert [(s.line, "not an OTLP traces request" in s.reason) for s in skipped] == [(2, True)]
+    assert cols.source_line.tolist() == [1, 1, 3, 3] and cols.source_slot.tolist() == [0, 1, 0, 1]
+    assert cols.thread.tolist() == [7, 7, 9, 9] and cols.span_id.tolist() == [0, 1, 4, 5]

@@ -42,7 +42,7 @@ MAX_LINE_BYTES: Final = 64 * 2**20
 _SKIP_CHUNK: Final = 2**20
 #: Bytes read at a time: a few of a busy run's lines (hundreds of KiB each), few enough to
 #: stay in the CPU's cache while they are checksummed and cut.
-_READ_BLOCK: Final = 2**21
+_READ_BLOCK: Final = 2**20
 _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
 

@@ -135,10 +135,15 @@ class LeanStarter:
         self._seen: object = _NOT_SEEN  # so the first start computes the route
         self._route: Route = ((), (), None)
 
-    def start(self, name: str, attributes: Mapping[str, Any], start_time: int | None) -> LeanSpan | None:
+    def start(self, name: str, attributes: Mapping[str, Any], start_time: int | None,
+              scalars: bool = False) -> LeanSpan | None:
         """A started SDK span, or ``None`` where the tracer must decide (see the module doc).
 
-        ``attributes`` (cleaned by rlsight) may become the span's own dict: do not reuse it.
+        ``attributes`` (cleaned by rlsight) may become the span's own dict, which nothing
+        changes afterwards (a set attribute replaces it): it may be shared, never changed.
+        ``scalars``: the caller knows every value is an exact ``str``, ``bool``, ``int`` or
+        ``float`` (rlsight's own stamps, no user attribute), so without a text length limit
+        no value needs looking at.
         """
         ids, bits = self._ids, self._span_bits
         current: Any = _VAR.get().get(_SPAN_KEY) if _VAR is not None else current_span()
@@ -176,7 +181,7 @@ class LeanStarter:
         limits = self._limits
         maxlen, max_text = limits.max_span_attributes, limits.max_span_attribute_length
         plain = maxlen is None or len(attributes) <= maxlen
-        if plain:
+        if plain and not (scalars and max_text is None):
             for value in attributes.values():  # a loop: all() over a generator costs 2x
                 kind = type(value)
                 if kind is str:  # most values: only its length can matter

@@ -277,10 +277,11 @@ class SpanCodec:
                     add(hit[which])
                     which = 2
                 attrs_text = "".join(pieces)
-                if plain and stamped.get(id(attrs)) is attrs:
+                registered = stamped.get(id(attrs)) if plain else None
+                if registered is not None and registered is attrs:
                     if len(shared) >= _CACHE_MAX:
                         shared.clear()
-                    shared[id(attrs)] = (attrs, attrs_text)
+                    shared[id(attrs)] = (registered, attrs_text)
             else:
                 attrs_text = ""
             append(

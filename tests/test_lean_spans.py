@@ -417,3 +417,21 @@ def test_spans_with_only_rlsights_stamps_share_a_dict_that_a_set_attribute_never
     stored.sort(key=lambda sp: int(sp["startTimeUnixNano"]))
     assert [{kv["key"] for kv in sp["attributes"]} for sp in stored] == [
         set(stamps), {*stamps, "rl.extra"}, set(stamps)]
+
+
+def test_a_shared_dict_over_the_limits_goes_through_the_sdks_cleaning_on_every_span() -> None:
+    """A shared dict is looked at once, but one the SDK would change (text over the length
+    limit) is never remembered as plain: every span of it gets the SDK's cleaning."""
+    from opentelemetry.sdk.trace import SpanLimits
+
+    provider = sdk_trace.TracerProvider(shutdown_on_exit=False,
+                                        span_limits=SpanLimits(max_span_attribute_length=4))
+    starter = LeanStarter(provider.get_tracer("t"))
+    long_text = {"rl.span_group": "generation"}
+    short = {"rl.span_group": "gen"}
+    spans = [starter.start("x", attrs, None, shared=True)
+             for attrs in (long_text, long_text, short, short)]
+    assert [dict(s.attributes) for s in spans if s is not None] == [
+        {"rl.span_group": "gene"}, {"rl.span_group": "gene"},
+        {"rl.span_group": "gen"}, {"rl.span_group": "gen"}]
+    assert spans[3] is not None and spans[3]._attributes is short

@@ -210,16 +210,16 @@ class LiveSpan(AsyncFromSync):
                 attrs: dict[str, Any] | None = _SHARED.get(key)
                 if attrs is None:
                     attrs = stamps(key, _stamp_items(group, tid, wire_bucket, category))
-                scalars = True
+                shared = True
             else:
                 attrs = self._own_attributes(group, tid, wire_bucket, category)
-                scalars = False
+                shared = False
             # Telemetry._start_span, inlined (one call less on every enabled span).
             if start_time is None and rt.clock is not None:
                 start_time = rt.clock()
             lean = rt._lean
             span: Span | None = (None if lean is None else
-                                 lean.start(self._name, attrs, start_time, scalars))
+                                 lean.start(self._name, attrs, start_time, shared))
             if span is None:
                 span = rt.tracer.start_span(self._name, attributes=attrs, start_time=start_time)
             self._span = span

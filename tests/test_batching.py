@@ -44,3 +44,29 @@ def test_shutdown_releases_the_exporter() -> None:
     proc = BatchingSpanProcessor(lambda batch: True, name="t", close=closed.set)
     assert proc.shutdown(5000)
     assert closed.is_set()
+
+
+def test_the_wake_mark_hands_a_batch_over_before_the_interval() -> None:
+    """A writer asleep for its whole interval leaves one flat-out thread encoding its own
+    spans (issue #16): ``wake_at`` ended spans wake it at once."""
+    batches: list[int] = []
+    exported = threading.Event()
+
+    def export(batch: list[object]) -> bool:
+        batches.append(len(batch))
+        exported.set()
+        return True
+
+    proc = BatchingSpanProcessor(export, name="t", interval_s=60, wake_at=8)
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(proc)
+    tracer = provider.get_tracer("t")
+    for _ in range(7):
+        with tracer.start_as_current_span("early"):
+            pass
+    assert not exported.wait(0.3), "the writer woke before the mark"
+    with tracer.start_as_current_span("eighth"):
+        pass
+    assert exported.wait(5), "the eighth ended span did not wake the writer"
+    assert batches == [8]
+    assert proc.shutdown(5000)

@@ -387,3 +387,51 @@ def test_a_lean_span_ended_from_many_threads_at_once_ends_once_and_keeps_its_att
             t.join()
     assert errors == []
     assert recorder.ended == [f"s{i}" for i in range(50)]
+
+
+def test_spans_with_only_rlsights_stamps_share_a_dict_that_a_set_attribute_never_changes(
+        tmp_path: Path) -> None:
+    """Spans of one site with no caller attribute share their stamps' dict (issue #16); one
+    of them setting an attribute gets its own, and the others, shared dict included, keep
+    theirs; the store writes each span's own attributes."""
+    rlsight.setup_telemetry(TelemetryConfig(run_dir=str(tmp_path), span_groups=["all"]))
+    try:
+        kept = []
+        for n in range(3):
+            with span(RL.GENERATION, "rl.rollout.generate") as s:
+                if n == 1:
+                    s.set_attribute("rl.extra", 7)
+            kept.append(s)
+        first, touched, last = kept
+        assert first._attributes is last._attributes  # type: ignore[attr-defined]
+        assert touched._attributes is not first._attributes  # type: ignore[attr-defined]
+        stamps = {"rl.span_group": "generation", "thread.id": threading.get_native_id(),
+                  "rl.bucket": "productive"}
+        assert dict(first.attributes) == dict(last.attributes) == stamps  # type: ignore[attr-defined]
+        assert dict(touched.attributes) == {**stamps, "rl.extra": 7}  # type: ignore[attr-defined]
+        rlsight.flush_telemetry()
+    finally:
+        rlsight.shutdown_telemetry()
+    stored = [sp for line in _stored_spans(tmp_path)
+              if (sp := json.loads(line[line.index('{"traceId"'):]))["name"] == "rl.rollout.generate"]
+    stored.sort(key=lambda sp: int(sp["startTimeUnixNano"]))
+    assert [{kv["key"] for kv in sp["attributes"]} for sp in stored] == [
+        set(stamps), {*stamps, "rl.extra"}, set(stamps)]
+
+
+def test_a_shared_dict_over_the_limits_goes_through_the_sdks_cleaning_on_every_span() -> None:
+    """A shared dict is looked at once, but one the SDK would change (text over the length
+    limit) is never remembered as plain: every span of it gets the SDK's cleaning."""
+    from opentelemetry.sdk.trace import SpanLimits
+
+    provider = sdk_trace.TracerProvider(shutdown_on_exit=False,
+                                        span_limits=SpanLimits(max_span_attribute_length=4))
+    starter = LeanStarter(provider.get_tracer("t"))
+    long_text = {"rl.span_group": "generation"}
+    short = {"rl.span_group": "gen"}
+    spans = [starter.start("x", attrs, None, shared=True)
+             for attrs in (long_text, long_text, short, short)]
+    assert [dict(s.attributes) for s in spans if s is not None] == [
+        {"rl.span_group": "gene"}, {"rl.span_group": "gene"},
+        {"rl.span_group": "gen"}, {"rl.span_group": "gen"}]
+    assert spans[3] is not None and spans[3]._attributes is short

@@ -38,6 +38,11 @@ class BatchingSpanProcessor(SpanProcessor):
         interval_s: Longest time an ended span waits in the queue.
         max_queue: Spans beyond this are dropped and counted (``queue_full``).
         max_batch: Largest batch handed to ``export`` at once.
+        wake_at: Queue length at which an ended span wakes the export thread before its
+            interval is up (default ``max_batch``). A writer that sleeps the whole interval
+            while one thread produces flat out finds its oldest span past ``help_after_s``,
+            and the producer starts encoding its own spans (``prepare``), which costs it
+            more than the writer's batch encoding costs the process.
         on_error: Called (on the export thread) with an exception ``export`` raised.
         close: Releases the exporter (its HTTP session or gRPC channel) at shutdown, within
             what is left of the budget.
@@ -67,6 +72,7 @@ class BatchingSpanProcessor(SpanProcessor):
         interval_s: float = 0.1,
         max_queue: int = 200_000,
         max_batch: int = 4096,
+        wake_at: int | None = None,
         on_error: Callable[[BaseException], None] | None = None,
         close: Callable[[], object] | None = None,
         max_lag_s: float | None = None,
@@ -82,6 +88,7 @@ class BatchingSpanProcessor(SpanProcessor):
         self._interval = interval_s
         self._max_queue = max_queue
         self._max_batch = max_batch
+        self._wake_at = max_batch if wake_at is None else max(1, min(wake_at, max_batch))
         self._on_error = on_error
         self._close = close
         self._max_lag_ns = None if max_lag_s is None else int(max_lag_s * 1e9)
@@ -163,7 +170,11 @@ class BatchingSpanProcessor(SpanProcessor):
         if self._size_of is not None and not self._reserve(self._size_of(span)):
             return
         queue.append(span)
-        if len(self._queue) >= self._max_batch:
+        size = len(queue)
+        # ``==`` for the early wake (once per batch, not a set() per span above it; two
+        # threads appending between their length reads may step over it, then the full
+        # batch below or the interval wakes the writer).
+        if size == self._wake_at or size >= self._max_batch:
             self._wake.set()
 
     def _reserve(self, size: int) -> bool:

@@ -65,6 +65,8 @@ _PLAIN: Final = frozenset({str, bool, int, float})
 _NO_TRACE_STATE: Final = DEFAULT_TRACE_STATE
 _NO_ITEMS: Final[tuple[Any, ...]] = ()
 _NOT_SEEN: Final = object()
+#: Shared attribute dicts a starter remembers as plain; beyond it, it starts over.
+_PLAIN_SHARED_MAX: Final = 1024
 _new_tuple: Final = tuple.__new__
 _new_object: Final = object.__new__
 #: Guards the making of a LeanSpan's own lock, and the end of a span that has none. Held
@@ -104,6 +106,7 @@ class LeanStarter:
         "_ids",
         "_info",
         "_limits",
+        "_plain_shared",
         "_processor",
         "_resource",
         "_route",
@@ -132,13 +135,19 @@ class LeanStarter:
         self._scope = tracer._instrumentation_scope
         self._info = tracer.instrumentation_info
         self._sampler = tracer.sampler
+        #: Shared attribute dicts (``start(shared=True)``) found plain, by id.
+        self._plain_shared: dict[int, Mapping[str, Any]] = {}
         self._seen: object = _NOT_SEEN  # so the first start computes the route
         self._route: Route = ((), (), None)
 
-    def start(self, name: str, attributes: Mapping[str, Any], start_time: int | None) -> LeanSpan | None:
+    def start(self, name: str, attributes: Mapping[str, Any], start_time: int | None,
+              shared: bool = False) -> LeanSpan | None:
         """A started SDK span, or ``None`` where the tracer must decide (see the module doc).
 
-        ``attributes`` (cleaned by rlsight) may become the span's own dict: do not reuse it.
+        ``attributes`` (cleaned by rlsight) may become the span's own dict, which nothing
+        changes afterwards (a set attribute replaces it): it may be shared, never changed.
+        ``shared``: ``attributes`` is a dict many spans share and nothing changes
+        (:mod:`rlsight._stamps`): its values are looked at once, not on every span.
         """
         ids, bits = self._ids, self._span_bits
         current: Any = _VAR.get().get(_SPAN_KEY) if _VAR is not None else current_span()
@@ -175,17 +184,25 @@ class LeanStarter:
         context = _new_tuple(SpanContext, (trace_id, span_id, False, flags, trace_state, True))
         limits = self._limits
         maxlen, max_text = limits.max_span_attributes, limits.max_span_attribute_length
-        plain = maxlen is None or len(attributes) <= maxlen
-        if plain:
-            for value in attributes.values():  # a loop: all() over a generator costs 2x
-                kind = type(value)
-                if kind is str:  # most values: only its length can matter
-                    if max_text is not None and len(value) > max_text:
-                        plain = False  # the SDK truncates it (and warns): its way
+        checked = self._plain_shared
+        if shared and checked.get(id(attributes)) is attributes:
+            plain = True  # looked at already, and nothing changes it
+        else:
+            plain = maxlen is None or len(attributes) <= maxlen
+            if plain:
+                for value in attributes.values():  # a loop: all() over a generator costs 2x
+                    kind = type(value)
+                    if kind is str:  # most values: only its length can matter
+                        if max_text is not None and len(value) > max_text:
+                            plain = False  # the SDK truncates it (and warns): its way
+                            break
+                    elif kind not in _PLAIN:
+                        plain = False  # the SDK converts it (or drops it, and warns): its way
                         break
-                elif kind not in _PLAIN:
-                    plain = False  # the SDK converts it (or drops it, and warns): its way
-                    break
+            if plain and shared:
+                if len(checked) >= _PLAIN_SHARED_MAX:
+                    checked.clear()
+                checked[id(attributes)] = attributes  # held: its id names no other meanwhile
         try:
             processors = self._processor._span_processors
         except AttributeError:  # not the SDK's multi-processor: the one processor

@@ -54,6 +54,11 @@ _log = logging.getLogger("rlsight")
 _SCOPE: Final = "rlsight"
 #: How often ended spans and recorded metric points are written to the local store (ms).
 _STORE_INTERVAL_MS: Final = 50
+#: Ended spans that wake the store writer before its interval is up: one thread producing
+#: flat out (~6 µs a span) fills 512 in ~3 ms, so the oldest waits a few ms, never the 50 ms
+#: after which app threads start encoding their own spans (issue #16: that cost the caller
+#: ~0.5 µs a span averaged); each batch's fixed cost (a stat, a write) stays < 0.1 µs a span.
+_STORE_WAKE_AT: Final = 512
 #: How often the OTLP exporters send spans and metric points to the collector (ms).
 _OTLP_SPAN_INTERVAL_MS: Final = 1000
 _OTLP_METRIC_INTERVAL_MS: Final = 5000
@@ -221,6 +226,7 @@ class ProviderBuilder:
             span_writer(span_sink, ship_spans), name="store", interval_s=_STORE_INTERVAL_MS / 1000,
             on_error=lambda exc: self.report_internal_error("store-write", exc),
             max_lag_s=STORE_MAX_LAG_S, on_drops=self._on_drops, prepare=prepare_span,
+            wake_at=_STORE_WAKE_AT,
         )
         self._processors.append(store)
         tp.add_span_processor(store)

@@ -23,6 +23,8 @@ from rlsight import runtime as _runtime
 from rlsight._current import attach_span, detach, thread_id
 from rlsight._redact import REDACTED, is_content, is_content_key, scrub
 from rlsight._semconv import BUCKET, EFFICIENCY_CATEGORY, SPAN_GROUP, THREAD_ID
+from rlsight._stamps import BY_VALUES as _SHARED
+from rlsight._stamps import stamps
 from rlsight.buckets import BUCKET_OVERRIDE, PER_PROMPT, Bucket
 from rlsight.errors import warn_once
 from rlsight.groups import GATE, RL
@@ -199,25 +201,25 @@ class LiveSpan(AsyncFromSync):
                 # says (a reward call is productive), so a fleet that works per prompt (an
                 # environment service) shows its utilisation when per_prompt is on.
                 group = _PER_PROMPT
-            if not self._attrs:
-                attrs: dict[str, Any] = {}
-            elif self._clean:
-                attrs = clean_attributes(self._attrs)
-            else:  # cleaned once when a decorator was applied
-                attrs = dict(self._attrs)
-            attrs[SPAN_GROUP] = group
-            attrs[THREAD_ID] = _current._IDS.native or thread_id()
-            if bucket is not None:
-                attrs[BUCKET] = _WIRE_BUCKET[bucket]
-            elif BUCKET in attrs:  # an invalid explicit value (warned) or an umbrella's
-                del attrs[BUCKET]
-            if self._category is not None:
-                attrs[EFFICIENCY_CATEGORY] = self._category
+            category = self._category
+            wire_bucket = None if bucket is None else _WIRE_BUCKET[bucket]
+            tid = _current._IDS.native or thread_id()
+            if not self._attrs and type(group) is str and (category is None or type(category) is str):
+                # Only rlsight's stamps, exact scalars: the dict spans of this site share.
+                key = (group, tid, wire_bucket, category)
+                attrs: dict[str, Any] | None = _SHARED.get(key)
+                if attrs is None:
+                    attrs = stamps(key, _stamp_items(group, tid, wire_bucket, category))
+                shared = True
+            else:
+                attrs = self._own_attributes(group, tid, wire_bucket, category)
+                shared = False
             # Telemetry._start_span, inlined (one call less on every enabled span).
             if start_time is None and rt.clock is not None:
                 start_time = rt.clock()
             lean = rt._lean
-            span: Span | None = None if lean is None else lean.start(self._name, attrs, start_time)
+            span: Span | None = (None if lean is None else
+                                 lean.start(self._name, attrs, start_time, shared))
             if span is None:
                 span = rt.tracer.start_span(self._name, attributes=attrs, start_time=start_time)
             self._span = span
@@ -225,6 +227,25 @@ class LiveSpan(AsyncFromSync):
             rt.report_internal_error("span-start", exc)
             return None
         return span
+
+    def _own_attributes(self, group: str, tid: int, wire_bucket: str | None,
+                        category: str | None) -> dict[str, Any]:
+        """The caller's attributes, cleaned, with rlsight's stamps: a dict of this span's own."""
+        if not self._attrs:
+            attrs: dict[str, Any] = {}
+        elif self._clean:
+            attrs = clean_attributes(self._attrs, stacklevel=5)  # the caller, past this method
+        else:  # cleaned once when a decorator was applied
+            attrs = dict(self._attrs)
+        attrs[SPAN_GROUP] = group
+        attrs[THREAD_ID] = tid
+        if wire_bucket is not None:
+            attrs[BUCKET] = wire_bucket
+        elif BUCKET in attrs:  # an invalid explicit value (warned) or an umbrella's
+            del attrs[BUCKET]
+        if category is not None:
+            attrs[EFFICIENCY_CATEGORY] = category
+        return attrs
 
     def __enter__(self) -> Span:
         if self._span is not None:  # the same object entered again inside its own block
@@ -282,6 +303,17 @@ class LiveSpan(AsyncFromSync):
                 detach(token)  # type: ignore[arg-type]
         return None
 
+
+
+def _stamp_items(group: str, tid: int, wire_bucket: str | None,
+                 category: str | None) -> tuple[tuple[str, Any], ...]:
+    """rlsight's stamps in the order :meth:`LiveSpan._own_attributes` writes them."""
+    items: tuple[tuple[str, Any], ...] = ((SPAN_GROUP, group), (THREAD_ID, tid))
+    if wire_bucket is not None:
+        items += ((BUCKET, wire_bucket),)
+    if category is not None:
+        items += ((EFFICIENCY_CATEGORY, category),)
+    return items
 
 
 def _explicit_bucket(attrs: Mapping[str, Any], name: str) -> Bucket | None:

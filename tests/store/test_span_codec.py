@@ -264,3 +264,24 @@ def test_caches_stay_bounded_whatever_the_values() -> None:
     assert all(0 < len(c) <= _CACHE_MAX for c in caches)
     assert 0 < sum(len(values) for values in codec._kvs.values()) <= _CACHE_MAX
     assert not any(len(str(v)) > 300 for values in codec._kvs.values() for v in values)  # never kept
+
+
+def test_a_dict_spans_share_is_encoded_once_and_any_other_as_it_is_now() -> None:
+    """rlsight's shared stamp dicts (never changed) are encoded once; any other plain dict
+    is read afresh on every span, so a hand-made span's dict changed between two batches is
+    written as it is at each."""
+    from rlsight._stamps import stamps
+
+    codec = SpanCodec(orjson.dumps)
+    shared = stamps(("codec-test",), (("rl.span_group", "generation"), ("thread.id", 5)))
+    own = {"k": 1}
+    context = SpanContext(0xABC, 0x1, is_remote=False, trace_flags=TraceFlags(1))
+
+    def made(attrs: dict[str, object]) -> ReadableSpan:
+        return ReadableSpan("s", context=context, attributes=attrs, start_time=1, end_time=2)
+
+    for value in (1, True, "two"):
+        own["k"] = value
+        batch = [made(shared), made(own), made(shared)]
+        assert codec.encode(batch) == _reference(batch, orjson.dumps)
+    assert [entry[0] for entry in codec._shared.values()] == [shared]

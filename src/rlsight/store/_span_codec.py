@@ -24,6 +24,7 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 from opentelemetry.trace.status import StatusCode
 
+from rlsight import _stamps
 from rlsight.store._otlp_json import (
     _INT64_MAX,
     _INT64_MIN,
@@ -118,6 +119,8 @@ class SpanCodec:
         self._resources: dict[int, tuple[Resource, str]] = {}
         self._scopes: dict[tuple[str, str], str] = {}
         self._by_fields: dict[type, bool] = {}
+        #: id of a shared attribute dict (:mod:`rlsight._stamps`) -> it, its KeyValues' text.
+        self._shared: dict[int, tuple[dict[str, Any], str]] = {}
         self._add_span = self._span_adder()
 
     def add_span(self, span: ReadableSpan, append: Append) -> None:
@@ -217,6 +220,7 @@ class SpanCodec:
         closure, whose caches are locals (cheaper to reach than attributes)."""
         text = self._text
         names, trace_ids, parents, kvs = self._names, self._trace_ids, self._parents, self._kvs
+        shared, stamped = self._shared, _stamps.BY_ID
         name_of, trace_id_of, parent_of, key_value = (
             self._name, self._trace_id, self._parent, self._key_value)
         # The UNSET status object spans share (the SDK's default argument, the LeanSpan
@@ -251,15 +255,16 @@ class SpanCodec:
             if encoded_name is None:
                 encoded_name = name_of(name)
             span_kind = span._kind
-            append(
-                f'{{"traceId":"{trace_hex}","spanId":"{span_hex}",'
-                f'"name":{encoded_name},'
-                f'"kind":{"1" if span_kind is _INTERNAL else span_kind.value + 1},'
-                f'"startTimeUnixNano":"{start}","endTimeUnixNano":"{end}","attributes":['
-            )
             attrs: Any = span._attributes
             plain = type(attrs) is dict  # a LeanSpan's, until an attribute is set on it
-            if attrs:
+            # A dict many spans share (rlsight._stamps) is encoded once; the entry holds the
+            # dict, so its id names no other meanwhile.
+            memo = shared.get(id(attrs)) if plain else None
+            if memo is not None and memo[0] is attrs:
+                attrs_text = memo[1]
+            elif attrs:
+                pieces: list[str] = []
+                add = pieces.append
                 which: Literal[1, 2] = 1  # hit[1]: the first KeyValue; hit[2]: the rest
                 # Unpacked, so the items iterator reuses its tuple: no allocation per value.
                 for key, value in (attrs if plain else getattr(attrs, "_dict", attrs)).items():
@@ -269,8 +274,23 @@ class SpanCodec:
                         hit = None
                     if hit is None or hit[0] is not type(value):  # 1 == True == 1.0
                         hit = key_value(key, value)
-                    append(hit[which])
+                    add(hit[which])
                     which = 2
+                attrs_text = "".join(pieces)
+                registered = stamped.get(id(attrs)) if plain else None
+                if registered is not None and registered is attrs:
+                    if len(shared) >= _CACHE_MAX:
+                        shared.clear()
+                    shared[id(attrs)] = (registered, attrs_text)
+            else:
+                attrs_text = ""
+            append(
+                f'{{"traceId":"{trace_hex}","spanId":"{span_hex}",'
+                f'"name":{encoded_name},'
+                f'"kind":{"1" if span_kind is _INTERNAL else span_kind.value + 1},'
+                f'"startTimeUnixNano":"{start}","endTimeUnixNano":"{end}","attributes":['
+                f'{attrs_text}'
+            )
             # What is rare goes through the mapping: trace state, events, links, status, drops.
             status = span._status
             code = 0

@@ -78,7 +78,8 @@ class StartRecordProcessor(SpanProcessor):
         attrs: Any = span._attributes  # rlsight's processors see SDK spans only
         if type(attrs) is not dict:  # a LeanSpan's plain dict, else the SDK's
             attrs = span_attributes(span)
-        if _is_live(attrs) and not self._closed:
+        # _is_live(attrs), its first test inlined: most spans are of a group listed as live.
+        if (attrs.get(SPAN_GROUP) in LIVE_GROUPS or _is_live(attrs)) and not self._closed:
             self._open[span._context[1]] = span  # type: ignore[index]
 
     def on_end(self, span: ReadableSpan) -> None:

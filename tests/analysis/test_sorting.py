@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlsight.analysis._sorting import lexsort
+from rlsight.analysis._sorting import lexsort, lexsort_unless_sorted
 
 _INT64 = st.integers(-(2**63), 2**63 - 1)
 _SMALL = st.integers(-3, 3)
@@ -49,3 +49,32 @@ def test_packed_keys_sort_like_numpy_on_span_like_columns() -> None:
     span_id[::10] = 5  # repeated ids only break ties
     keys = [span_id, rng.integers(0, 3, n), -end, start, timeline]
     assert (lexsort(keys) == np.lexsort(keys)).all()
+
+
+@settings(max_examples=300, deadline=None)
+@given(_keys())
+def test_lexsort_unless_sorted_is_numpys_or_says_the_identity(keys: list[np.ndarray]) -> None:
+    """None only where np.lexsort's permutation is the identity; else that permutation."""
+    keys = [k.astype(np.int64) if k.dtype == np.bool_ else k for k in keys]
+    expected = np.lexsort(keys).tolist()
+    got = lexsort_unless_sorted(keys)
+    if got is None:
+        assert expected == list(range(len(expected)))
+    else:
+        assert got.tolist() == expected
+
+
+def test_lexsort_unless_sorted_sees_columns_handed_over_in_order() -> None:
+    """Spans already in (start, longest first) order need no permutation."""
+    start = np.arange(0, 100, 10, dtype=np.int64)
+    end = start + 5
+    ids = np.arange(10, 0, -1, dtype=np.uint64)
+    assert lexsort_unless_sorted([ids, -end, start]) is None
+    assert lexsort_unless_sorted([ids, -end, start[::-1].copy()]) is not None
+    # Two spans start together, the longer first: still in order.
+    start[1], end[1] = start[0], end[0] - 1
+    assert lexsort_unless_sorted([ids, -end, start]) is None
+    # Two spans alike but for their (64-bit) ids, the larger first: the ids decide.
+    wide = np.array([2**63 + 5, 2**63 + 1, *range(8)], dtype=np.uint64)
+    end[1] = end[0]
+    assert lexsort_unless_sorted([wide, -end, start]).tolist() == [1, 0, *range(2, 10)]

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["lexsort"]
+__all__ = ["lexsort", "lexsort_unless_sorted"]
 
 _LIMIT = 1 << 63
 
@@ -60,7 +60,24 @@ def lexsort(keys: Sequence[NDArray[np.generic]]) -> NDArray[np.intp]:
     keys = [np.asarray(k) for k in keys]
     if len(keys[0]) == 0 or any(k.dtype.kind not in "biu" for k in keys):
         return np.lexsort(keys)
+    return _sort_chunks(_chunks(keys))
+
+
+def lexsort_unless_sorted(keys: Sequence[NDArray[np.integer]]) -> NDArray[np.intp] | None:
+    """:func:`lexsort` of integer ``keys``, or ``None`` where that is the identity as the
+    packed primary key shows (non-decreasing, or increasing where ties would need the other
+    keys): columns handed over in order need no permutation."""
+    if len(keys[0]) < 2:
+        return None
     chunks = _chunks(keys)
+    first = chunks[0]
+    rising = np.greater_equal if len(chunks) == 1 else np.greater
+    if rising(first[1:], first[:-1]).all():
+        return None
+    return _sort_chunks(chunks)
+
+
+def _sort_chunks(chunks: list[NDArray[np.generic]]) -> NDArray[np.intp]:
     order = np.argsort(chunks[0], kind="stable")
     if len(chunks) == 1:
         return order

@@ -17,7 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rlsight._semconv import DEVICES, RANK, SERVICE_NAME, STEP_SPAN, WORKER_GROUP
-from rlsight.analysis._sorting import lexsort
+from rlsight.analysis._sorting import lexsort, lexsort_unless_sorted
 from rlsight.analysis.columns import SpanColumns
 from rlsight.analysis.model import Timeline
 from rlsight.store._schema import AttributeValue
@@ -29,6 +29,8 @@ _D = TypeVar("_D")
 
 #: Pointer-jumping rounds: enough for trees 2**48 deep; more means a parent cycle.
 _MAX_JUMPS: Final = 48
+#: 2**64 / golden ratio, odd: the multiplier of :class:`_IdIndex`'s hash.
+_FIBONACCI: Final = np.uint64(0x9E3779B97F4A7C15)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,26 +137,81 @@ def _renumber(values: I64, keys: list[str]) -> tuple[I64, list[str], list[int] |
     return (mapping[values] if len(values) else values), [keys[i] for i in order], order
 
 
-def _find_parents(
-    trace: I64, span_id: NDArray[np.uint64], parent_id: NDArray[np.uint64], by_id: I64 | None,
-) -> I64:
-    """Index of each span's parent (same trace, matching span id), -1 where there is none.
+class _IdIndex:
+    """Where each span id sits: a hash table of span indexes, and the few spans it cannot
+    hold (two ids in one slot) sorted by id.
 
-    ``by_id`` is the order of ``span_id`` when no id repeats, ``None`` when ids repeat.
+    Span ids are random 64-bit numbers (or counted up from 1 by a test's id generator):
+    Fibonacci hashing (multiply by 2**64 / golden ratio, keep the top bits) spreads both over
+    at least ``4 n`` slots, so about one span in eight shares its slot and goes to the sorted
+    spill. A lookup is then one gather for most ids instead of a binary search each, whose
+    mispredicted branches cost ~50 ns per id at any size.
+    """
+
+    __slots__ = ("_shift", "_slots", "_span_id", "repeats", "spill", "spill_ids")
+
+    def __init__(self, span_id: NDArray[np.uint64]) -> None:
+        n = len(span_id)
+        bits = max(4 * n - 1, 1).bit_length()
+        self._shift = np.uint64(64 - bits)
+        self._span_id = span_id
+        slot = self._slot(span_id)
+        self._slots = np.full(1 << bits, -1, np.int64)
+        every = np.arange(n)
+        self._slots[slot] = every  # where ids share a slot, one of them keeps it
+        holder = self._slots[slot]
+        spill = np.flatnonzero(holder != every)
+        self.spill = spill[np.argsort(span_id[spill], kind="stable")]
+        self.spill_ids = span_id[self.spill]
+        # Copies of one id share a slot: all but one are spilled and equal to the holder, or
+        # all are spilled (another id holds the slot) and sit side by side in the spill.
+        self.repeats = bool((span_id[holder[self.spill]] == self.spill_ids).any()
+                            or (self.spill_ids[1:] == self.spill_ids[:-1]).any())
+
+    def _slot(self, ids: NDArray[np.uint64]) -> I64:
+        # uint64 products wrap (no overflow check on arrays): the hash is the low 64 bits.
+        return ((ids * _FIBONACCI) >> self._shift).astype(np.int64)
+
+    def find(self, ids: NDArray[np.uint64]) -> I64:
+        """The index of the span with each of ``ids`` (unique span ids only), or -1."""
+        if not len(self._span_id):
+            return np.full(len(ids), -1, np.int64)
+        cand = self._slots[self._slot(ids)]
+        # An empty slot (-1) reads the last span's id, which cannot be the id looked up:
+        # that id's slot would not be empty.
+        found = self._span_id[cand] == ids
+        if len(self.spill):
+            miss = np.flatnonzero(~found)
+            at = np.minimum(np.searchsorted(self.spill_ids, ids[miss]), len(self.spill) - 1)
+            hit = self.spill_ids[at] == ids[miss]
+            cand[miss] = np.where(hit, self.spill[at], -1)
+            return cand
+        out: I64 = np.where(found, cand, -1)
+        return out
+
+
+def _find_parents(
+    trace: I64, span_id: NDArray[np.uint64], parent_id: NDArray[np.uint64],
+    has_parent_id: NDArray[np.bool_], by_id: _IdIndex | None, traces: int,
+) -> tuple[I64, int]:
+    """Index of each span's parent (same trace, matching span id), -1 where there is none;
+    and the number of orphans (a parent id, no such parent).
+
+    ``by_id`` indexes ``span_id`` when no id repeats, ``None`` when ids repeat; ``traces``
+    is the number of traces (one: no trace check).
     """
     n = len(span_id)
     parent = np.full(n, -1, dtype=np.int64)
-    has = np.flatnonzero(parent_id != 0)
+    has = np.flatnonzero(has_parent_id)
     if n == 0 or len(has) == 0:
-        return parent
+        return parent, 0
     target = parent_id[has]
     if by_id is not None:
-        # Span ids are random 64-bit numbers, so they are unique in practice: one search on
-        # the id, then check that the span found is in the same trace.
-        cand = by_id[np.minimum(np.searchsorted(span_id[by_id], target), n - 1)]
-        found = (span_id[cand] == target) & (trace[cand] == trace[has])
-        parent[has[found]] = cand[found]
-        return parent
+        cand = by_id.find(target)
+        if traces > 1:
+            cand[trace[cand] != trace[has]] = -1
+        parent[has] = cand
+        return parent, len(has) - int(np.count_nonzero(cand >= 0))
     # Ids repeat across traces: a branchless binary search for the id inside each query's
     # trace block [lo, hi) of the (trace, id)-sorted order.
     order = lexsort((span_id, trace))
@@ -172,7 +229,7 @@ def _find_parents(
     found = pos < hi
     found[found] = sorted_id[pos[found]] == target[found]
     parent[has[found]] = order[pos[found]]
-    return parent
+    return parent, len(has) - int(np.count_nonzero(found))
 
 
 def _depths(
@@ -252,31 +309,33 @@ def build_table(cols: SpanColumns) -> SpanTable:
         cols = dataclasses.replace(cols, process=process, process_keys=process_keys, trace=trace,
                                    traces=traces, resources=resources)
     timeline, tl_process, tl_thread = _timelines(cols.process, cols.thread, len(process_keys))
-    order = lexsort((cols.span_id, cols.trace, -cols.end, cols.start, timeline))
-    cols = _reorder(cols, order)
-    timeline = timeline[order]
+    # A key that is the same for every span (one trace, one timeline) orders nothing.
+    order = lexsort_unless_sorted([
+        cols.span_id, *([cols.trace] if len(traces) > 1 else []), -cols.end, cols.start,
+        *([timeline] if len(tl_process) > 1 else [])])
+    if order is not None:
+        cols = _reorder(cols, order)
+        timeline = timeline[order]
     # Deduplicate (trace, span id): keep the first in canonical order.
     # Span ids are random 64-bit numbers: when none repeats, no (trace, id) pair can, and
-    # the parent search reuses the id order (unique ids: any sort gives the same one).
-    by_id: I64 | None = np.argsort(cols.span_id)
+    # the parent search reuses the index of the ids.
+    by_id: _IdIndex | None = _IdIndex(cols.span_id)
     duplicates = 0
-    if len(order) > 1:
-        ids = cols.span_id[by_id]
-        if (ids[1:] == ids[:-1]).any():
-            by_id = None
-            dup = np.zeros(len(order), dtype=bool)
-            by_pair = lexsort((np.arange(len(order)), cols.span_id, cols.trace))
-            same = (cols.span_id[by_pair[1:]] == cols.span_id[by_pair[:-1]]) & (
-                cols.trace[by_pair[1:]] == cols.trace[by_pair[:-1]])
-            dup[by_pair[1:][same]] = True
-            duplicates = int(dup.sum())
-            if duplicates:
-                keep = np.flatnonzero(~dup)
-                cols = _reorder(cols, keep)
-                timeline = timeline[keep]
-    parent = _find_parents(cols.trace, cols.span_id, cols.parent_id, by_id)
+    if by_id is not None and by_id.repeats:
+        by_id = None
+        dup = np.zeros(len(cols.start), dtype=bool)
+        by_pair = lexsort((np.arange(len(cols.start)), cols.span_id, cols.trace))
+        same = (cols.span_id[by_pair[1:]] == cols.span_id[by_pair[:-1]]) & (
+            cols.trace[by_pair[1:]] == cols.trace[by_pair[:-1]])
+        dup[by_pair[1:][same]] = True
+        duplicates = int(dup.sum())
+        if duplicates:
+            keep = np.flatnonzero(~dup)
+            cols = _reorder(cols, keep)
+            timeline = timeline[keep]
     has_parent_id = cols.parent_id != 0
-    orphans = int((has_parent_id & (parent < 0)).sum())
+    parent, orphans = _find_parents(cols.trace, cols.span_id, cols.parent_id, has_parent_id,
+                                    by_id, len(traces))
     step_name = cols.names.index(STEP_SPAN) if STEP_SPAN in cols.names else -1
     depth, parent, cycles, anchor = _depths(parent, has_parent_id, cols.name == step_name)
     assert anchor is not None
@@ -294,8 +353,8 @@ def build_table(cols: SpanColumns) -> SpanTable:
     return SpanTable(
         cols=cols,
         timeline=timeline,
-        timelines=[Timeline(process_keys[int(p)], int(t))
-                   for p, t in zip(tl_process, tl_thread, strict=True)],
+        timelines=[Timeline(process_keys[p], t)
+                   for p, t in zip(tl_process.tolist(), tl_thread.tolist(), strict=True)],
         timeline_process=tl_process,
         parent=parent,
         depth=depth,

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlsight.analysis._intervals import covered_length, max_cover
+from rlsight.analysis._intervals import _range_max, _sparse_range_max, covered_length, max_cover
 
 intervals = st.lists(
     st.tuples(st.integers(0, 2), st.integers(0, 40), st.integers(0, 40), st.integers(0, 6)),
@@ -93,3 +93,20 @@ def test_covered_length_is_the_same_when_times_are_too_wide_to_pack(rows):
     g, s, e, _ = _arrays(rows)
     scale = 1 << 57
     assert (covered_length(g, s * scale, e * scale, 3) == covered_length(g, s, e, 3) * scale).all()
+
+
+@given(st.integers(1, 40).flatmap(lambda size: st.tuples(
+    st.just(size),
+    st.lists(st.tuples(st.integers(0, size - 1), st.integers(1, size), st.integers(0, 99)), max_size=20))))
+@settings(max_examples=300, deadline=None)
+def test_both_range_max_strategies_are_the_brute_force_max(case):
+    """Writing every covered position and the sparse table's blocks give the same maxima."""
+    size, rows = case
+    rows = [(lo, max(hi, lo + 1), v) for lo, hi, v in rows if lo < size]
+    lo, hi, values = (np.asarray([r[k] for r in rows], dtype=np.int64) for k in range(3))
+    hi = np.minimum(hi, size)
+    expected = [max((v for a, b, v in zip(lo, hi, values, strict=True) if a <= p < b), default=-1)
+                for p in range(size)]
+    assert _range_max(size, lo, hi, values).tolist() == expected
+    if len(lo):
+        assert _sparse_range_max(size, lo, hi, values, hi - lo).tolist() == expected

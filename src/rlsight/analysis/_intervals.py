@@ -69,39 +69,71 @@ def _sort_points(groups: I64, times: I64) -> tuple[I64, I64, I64]:
     """Unique (group, time) points in order, and each input point's index among them."""
     lo, hi = int(times.min()), int(times.max())
     width = hi - lo + 1
-    packed = (int(groups.max()) + 1) * width < 1 << 62
+    first, last = int(groups.min()), int(groups.max())
+    one = first == last
+    packed = one or (last + 1) * width < 1 << 62
     if packed:
-        # One int64 key, group-major then time. Callers pass points in long sorted runs (spans
-        # in canonical order), which a stable sort (timsort) merges far faster than lexsort.
-        key = groups * width + (times - lo)
-        order = np.argsort(key, kind="stable")
+        # One int64 key, group-major then time (one group: the time). Callers pass points in
+        # long sorted runs (spans in canonical order), which a stable sort (timsort) merges far
+        # faster than lexsort.
+        key = times - lo if one else groups * width + (times - lo)
+        order = key.argsort(kind="stable")
         sorted_key = key[order]
-        new = np.empty(len(order), dtype=bool)
-        new[:1] = True
-        np.not_equal(sorted_key[1:], sorted_key[:-1], out=new[1:])
-    else:
-        order = lexsort((times, groups))
-        gs, ts = groups[order], times[order]
-        new = np.empty(len(order), dtype=bool)
-        new[:1] = True
-        np.not_equal(gs[1:], gs[:-1], out=new[1:])
-        new[1:] |= ts[1:] != ts[:-1]
+        # The number of distinct points before each sorted point: its point's index.
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[0] = 0
+        np.not_equal(sorted_key[1:], sorted_key[:-1], out=rank[1:])
+        rank = np.add.accumulate(rank)
+        points = np.empty(int(rank[-1]) + 1, dtype=np.int64)
+        points[rank] = sorted_key
+        uid = np.empty(len(order), dtype=np.int64)
+        uid[order] = rank
+        if one:
+            seg_group = np.zeros(len(points), np.int64) if first == 0 else np.full(
+                len(points), first, np.int64)
+            return seg_group, points + lo, uid
+        group_of, offset = np.divmod(points, width)
+        return group_of, offset + lo, uid
+    order = lexsort((times, groups))
+    gs, ts = groups[order], times[order]
+    new = np.empty(len(order), dtype=bool)
+    new[:1] = True
+    np.not_equal(gs[1:], gs[:-1], out=new[1:])
+    new[1:] |= ts[1:] != ts[:-1]
     uid = np.empty(len(order), dtype=np.int64)
     uid[order] = np.cumsum(new) - 1
-    if packed:
-        group_of, offset = np.divmod(sorted_key[new], width)
-        return group_of, offset + lo, uid
     return gs[new], ts[new], uid
+
+
+#: Ranges covering at most this many positions in all are written position by position
+#: (:func:`_range_max`): a few numpy calls instead of one pass per level of the sparse table.
+_DIRECT_WRITES: Final = 1 << 16
 
 
 def _range_max(size: int, lo: I64, hi: I64, values: I64) -> I64:
     """For each position in ``[0, size)``, the max of ``values[i]`` over ``lo[i] <= p < hi[i]``.
 
-    Positions no range covers get -1. Requires ``hi > lo`` and ``values >= 0``.
+    Positions no range covers get -1. Requires ``hi > lo`` and ``values >= 0``. Where the
+    ranges cover few positions in all (spans of one step: each position lies in a few nested
+    spans), every covered position is written directly; else :func:`_sparse_range_max`.
     """
     if len(lo) == 0:
         return np.full(size, -1, dtype=np.int64)
     length = hi - lo
+    ends = np.add.accumulate(length)
+    writes = int(ends[-1])
+    if writes > min(_DIRECT_WRITES, 2 * (len(lo) + size)):
+        return _sparse_range_max(size, lo, hi, values, length)
+    # Write k of range i (its position lo[i] + k) is write number ends[i] - length[i] + k.
+    at = np.arange(writes) + (lo - (ends - length)).repeat(length)
+    table = np.full(size, -1, dtype=np.int64)
+    np.maximum.at(table, at, values.repeat(length))
+    return table
+
+
+def _sparse_range_max(size: int, lo: I64, hi: I64, values: I64, length: I64) -> I64:
+    """:func:`_range_max` by a sparse table: each range written into the two power-of-two
+    blocks that tile it, each level's blocks pushed down into the level below."""
     level = (np.frexp(length.astype(np.float64))[1] - 1).astype(np.int8)  # floor(log2(len))
     # The writes of every range, grouped by level: the blocks at lo and at hi - 2**level,
     # one block where the range's length is a power of two (most ranges: one segment).
@@ -166,13 +198,21 @@ def max_cover(
         empty = np.zeros(0, np.int64)
         return Cover(empty, empty, empty, empty, empty)
     seg_group, seg_start, uid = _sort_points(groups, times)
-    seg_end = seg_start.copy()  # a segment ends where the next of its group starts
-    np.copyto(seg_end[:-1], seg_start[1:], where=seg_group[1:] == seg_group[:-1])
+    seg_end = np.empty_like(seg_start)  # a segment ends where the next of its group starts
+    seg_end[:-1] = seg_start[1:]
+    seg_end[-1] = seg_start[-1]
+    if seg_group[0] != seg_group[-1]:  # the last point of each group closes it
+        np.copyto(seg_end[:-1], seg_start[:-1], where=seg_group[1:] != seg_group[:-1])
     lo, hi = uid[:n], uid[n:2 * n]
     live = hi > lo
-    idx = np.flatnonzero(live)
-    packed = (priority[idx].astype(np.int64) << _INDEX_BITS) | (_INDEX_MASK - idx)
-    best = _range_max(len(seg_start), lo[idx], hi[idx], packed)
+    # Each interval's priority above its index, complemented: the lower index wins a tie.
+    if live.all():  # the caller kept only intervals that cover something
+        best = _range_max(len(seg_start), lo, hi, (priority.astype(np.int64) << _INDEX_BITS)
+                          | np.arange(_INDEX_MASK, _INDEX_MASK - n, -1))
+    else:
+        idx = np.flatnonzero(live)
+        best = _range_max(len(seg_start), lo[idx], hi[idx],
+                          (priority[idx].astype(np.int64) << _INDEX_BITS) | (_INDEX_MASK - idx))
     winner = np.where(best >= 0, _INDEX_MASK - (best & _INDEX_MASK), -1)
     return Cover(seg_group, seg_start, seg_end, winner, uid[2 * n:])
 

@@ -10,6 +10,7 @@ gaps between steps, after the last step, or an enclosing span such as ``rl.job``
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 from numpy.typing import NDArray
@@ -21,6 +22,9 @@ from rlsight.analysis.columns import NO_STEP
 __all__ = ["Steps", "find_steps"]
 
 I64 = NDArray[np.int64]
+
+#: The lowest later step number of the last step: above every step number.
+_NO_LATER: Final = (1 << 63) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +59,12 @@ class Steps:
 def _superseded(number: I64) -> NDArray[np.bool_]:
     """Whether any later step (in start order) has a number <= this step's."""
     n = len(number)
-    later_min = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
-    if n > 1:
-        later_min[:-1] = np.minimum.accumulate(number[::-1])[::-1][1:]
-    return np.asarray(later_min <= number, dtype=np.bool_)
+    if n < 2:  # no later step
+        return np.zeros(n, dtype=np.bool_)
+    later_min = np.empty(n, dtype=np.int64)
+    later_min[-1] = _NO_LATER
+    later_min[:-1] = np.minimum.accumulate(number[::-1])[::-1][1:]
+    return later_min <= number
 
 
 def _by_time(start: I64, end: I64, span_start: I64, span_end: I64) -> I64:
@@ -76,25 +82,30 @@ def find_steps(table: SpanTable) -> Steps:
     """Find the step spans, detect restarts, and attribute every span to a step."""
     cols = table.cols
     step_name = table.name_id(STEP_SPAN)
-    idx = np.flatnonzero(cols.name == step_name) if step_name >= 0 else np.zeros(0, np.int64)
+    idx = (cols.name == step_name).nonzero()[0] if step_name >= 0 else np.zeros(0, np.int64)
     raw = cols.step_no[idx]
-    number = np.where(raw == NO_STEP, -1, raw)
+    missing = raw == NO_STEP
+    number = np.where(missing, -1, raw)
     if len(idx) > 1:
         order = np.lexsort((idx, number, cols.start[idx]))
         idx, number = idx[order], number[order]
-    start, end = cols.start[idx], np.maximum(cols.end[idx], cols.start[idx])
-    if len(idx):
+    start = cols.start[idx]
+    end = np.maximum(cols.end[idx], start)
+    if len(idx) == 1:  # every anchored span is in the one step
+        of_span = np.where(table.step_anchor >= 0, 0, -1)
+    elif len(idx):
         # Row of each step span, -1 elsewhere and in the last place, which an anchor of -1
         # (no step ancestor) reads: one gather gives every anchored span its step.
         row_of = np.full(len(table) + 1, -1, dtype=np.int64)
         row_of[idx] = np.arange(len(idx))
         of_span = row_of[table.step_anchor]
-        free = np.flatnonzero(of_span < 0)
-        if len(free):
-            of_span[free] = _by_time(start, end, cols.start[free], cols.end[free])
     else:
         of_span = np.full(len(table), -1, dtype=np.int64)
-    restarts = int((number[1:] <= number[:-1]).sum()) if len(number) > 1 else 0
+    if len(idx):
+        free = (of_span < 0).nonzero()[0]
+        if len(free):
+            of_span[free] = _by_time(start, end, cols.start[free], cols.end[free])
+    restarts = int(np.count_nonzero(number[1:] <= number[:-1])) if len(number) > 1 else 0
     return Steps(
         span=idx,
         number=number,
@@ -104,5 +115,5 @@ def find_steps(table: SpanTable) -> Steps:
         superseded=_superseded(number),
         restarts=restarts,
         of_span=of_span,
-        missing_numbers=int((raw == NO_STEP).sum()),
+        missing_numbers=int(np.count_nonzero(missing)),
     )

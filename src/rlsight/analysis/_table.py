@@ -241,21 +241,22 @@ def _depths(
     (one pass over the tree instead of two).
     """
     n = len(parent)
-    # Whole-array jumps over the spans plus one sentinel (index n: its own parent, depth 0,
-    # nothing marked) that every root points at; a jump from the sentinel changes nothing,
-    # so no round needs to pick out the spans still climbing.
+    # Whole-array jumps over the spans plus one sentinel (the last index, n, which -1 also
+    # addresses: its own parent, depth 0, nothing marked) that every root points at; a jump
+    # from the sentinel changes nothing, so no round needs to pick out the spans still
+    # climbing, and the parents need no rewriting.
     depth = np.zeros(n + 1, np.int64)
     depth[:n] = has_parent_id
     nearest = None
     if marked is not None:
         nearest = np.full(n + 1, -1, np.int64)
-        nearest[:n][marked] = np.flatnonzero(marked)
+        at = marked.nonzero()[0]
+        nearest[at] = at
     nxt = np.empty(n + 1, np.int64)
     nxt[:n] = parent
-    nxt[n] = n
-    nxt[nxt < 0] = n
+    nxt[n] = -1
     for _ in range(_MAX_JUMPS):
-        if (nxt == n).all():
+        if nxt.max() < 0:
             return depth[:n], parent, 0, None if nearest is None else nearest[:n]
         depth += depth[nxt]
         if nearest is not None:
@@ -263,10 +264,10 @@ def _depths(
             nearest = nearest[nxt]
             np.copyto(nearest, mine, where=mine >= 0)
         nxt = nxt[nxt]
-    cyclic = nxt[:n] != n
+    cyclic = nxt[:n] >= 0
     parent = np.where(cyclic, -1, parent)
     depth, parent, _, found = _depths(parent, has_parent_id & ~cyclic, marked)
-    return depth, parent, int(cyclic.sum()), found
+    return depth, parent, int(np.count_nonzero(cyclic)), found
 
 
 def nearest_marked(parent: I64, marked: NDArray[np.bool_]) -> I64:

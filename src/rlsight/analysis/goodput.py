@@ -134,14 +134,16 @@ def step_buckets(part: TimelinePartition, steps: Steps, rows: I64 | None = None)
     chosen = np.arange(len(steps)) if rows is None else np.asarray(rows, dtype=np.int64)
     seg, at = _window_segments(part, chosen)
     label = part.label[seg]
-    keep = label >= 0
-    length = (part.cover.end[seg] - part.cover.start[seg])[keep]
-    codes = len(BUCKET_CODES)
-    sums = np.zeros(len(chosen) * codes, dtype=np.int64)
-    np.add.at(sums, label[keep] if at is None else at[keep] * codes + label[keep], length)
+    length = part.cover.end[seg] - part.cover.start[seg]
+    # One slot per bucket code and a last one per step for unattributed segments (label -1:
+    # step r's -1 lands in the last slot of step r - 1, the first step's in the very last).
+    width = len(BUCKET_CODES) + 1
+    sums = np.zeros(len(chosen) * width, dtype=np.int64)
+    np.add.at(sums, label if at is None else at * width + label, length)
     wall = steps.wall[chosen].tolist()
     by_row = sums.tolist()
-    return [buckets_from_sums(by_row[i * codes:(i + 1) * codes], wall[i]) for i in range(len(chosen))]
+    return [buckets_from_sums(by_row[i * width:(i + 1) * width - 1], wall[i])
+            for i in range(len(chosen))]
 
 
 def combine_labels(
@@ -206,30 +208,33 @@ def contributors(
     chosen = np.arange(len(steps)) if rows is None else np.asarray(rows, dtype=np.int64)
     seg, at = _window_segments(part, chosen)
     owner = part.owner[seg]
-    keep = owner >= 0
-    owner = owner[keep]
     if not len(owner):
         return []
     names = table.cols.names
     n_names = len(names)
-    key = part.label[seg][keep] * n_names + table.cols.name[owner]
-    attributed = np.zeros(len(BUCKET_CODES) * n_names, dtype=np.int64)
-    np.add.at(attributed, key, (part.cover.end[seg] - part.cover.start[seg])[keep])
-    if at is None:  # one step: each name present decided time in it
-        present: NDArray[np.generic] = np.bincount(key, minlength=len(attributed)) > 0
+    codes = len(BUCKET_CODES)
+    # A segment nobody owns has label -1 (and reads the last span's name): its key is
+    # negative and lands in the last block of ``attributed``, which is never read.
+    key = part.label[seg] * n_names + table.cols.name[owner]
+    attributed = np.zeros((codes + 1) * n_names, dtype=np.int64)
+    np.add.at(attributed, key, part.cover.end[seg] - part.cover.start[seg])
+    totals = attributed[:codes * n_names].tolist()
+    nonzero = [k for k, total in enumerate(totals) if total]
+    if at is None:  # one step: each name that decided time decided it in that step
+        steps_present = dict.fromkeys(nonzero, 1)
     else:  # the number of distinct steps of each (bucket, name)
-        pairs = np.sort(key * max(len(steps), 1) + chosen[at[keep]])
+        keep = owner >= 0
+        pairs = np.sort(key[keep] * max(len(steps), 1) + chosen[at[keep]])
         first = np.ones(len(pairs), dtype=bool)  # the first of each run of equal pairs
         np.not_equal(pairs[1:], pairs[:-1], out=first[1:])
         present = np.bincount(pairs[first] // max(len(steps), 1), minlength=len(attributed))
-    totals, steps_present = attributed.tolist(), present.tolist()
-    nonzero = np.flatnonzero(attributed).tolist()
+        steps_present = dict(enumerate(present.tolist()))
     out: list[Contributor] = []
     for bucket in BUCKET_NAMES:
         base = BUCKET_CODES[bucket] * n_names
         ranked = sorted((k for k in nonzero if base <= k < base + n_names),
                         key=lambda k: (-totals[k], names[k - base]))
-        out.extend(Contributor(names[k - base], bucket, totals[k], int(steps_present[k]))
+        out.extend(Contributor(names[k - base], bucket, totals[k], steps_present[k])
                    for k in ranked[:top])
     return out
 

@@ -63,18 +63,30 @@ def lexsort(keys: Sequence[NDArray[np.generic]]) -> NDArray[np.intp]:
     return _sort_chunks(_chunks(keys))
 
 
-def lexsort_unless_sorted(keys: Sequence[NDArray[np.integer]]) -> NDArray[np.intp] | None:
-    """:func:`lexsort` of integer ``keys``, or ``None`` where that is the identity as the
-    packed primary key shows (non-decreasing, or increasing where ties would need the other
-    keys): columns handed over in order need no permutation."""
-    if len(keys[0]) < 2:
+def lexsort_unless_sorted(
+    primary: NDArray[np.int64], ties: Sequence[NDArray[np.integer]],
+) -> NDArray[np.intp] | None:
+    """``np.lexsort((*ties, primary))`` (``ties`` least significant first, as ``np.lexsort``
+    takes keys), or ``None`` where that is the identity because ``primary`` increases
+    strictly: columns handed over in order need no permutation. ``ties`` are read only where
+    ``primary`` ties, so a key such as span start times needs no packing with the others."""
+    n = len(primary)
+    if n < 2 or (primary[1:] > primary[:-1]).all():
         return None
-    chunks = _chunks(keys)
-    first = chunks[0]
-    rising = np.greater_equal if len(chunks) == 1 else np.greater
-    if rising(first[1:], first[:-1]).all():
-        return None
-    return _sort_chunks(chunks)
+    order = primary.argsort(kind="stable")
+    sorted_primary = primary[order]
+    eq = sorted_primary[1:] == sorted_primary[:-1]
+    if not eq.any():
+        return order
+    tied = np.zeros(n, dtype=bool)
+    tied[1:] = eq
+    tied[:-1] |= eq
+    pos = tied.nonzero()[0]
+    sub = order[pos]  # runs of equal primary key, each in input order
+    rank = np.zeros(len(pos), dtype=np.int64)  # run number, which keeps the runs in place
+    np.add.accumulate(~eq[pos[1:] - 1], out=rank[1:])
+    order[pos] = sub[lexsort([*(key[sub] for key in ties), rank])]
+    return order
 
 
 def _sort_chunks(chunks: list[NDArray[np.generic]]) -> NDArray[np.intp]:

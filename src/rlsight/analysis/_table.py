@@ -301,6 +301,24 @@ def _timelines(process: I64, thread: I64, processes: int) -> tuple[I64, I64, I64
     return timeline, p[new], t[new]
 
 
+def _canonical_order(cols: SpanColumns, timeline: I64, timelines: int, traces: int) -> I64 | None:
+    """The permutation into canonical order (timeline, start, longest first, trace, span id),
+    or ``None`` where the columns are in it already.
+
+    Spans rarely start in the same nanosecond on one timeline, so (timeline, start) packed
+    into one key decides the order; the other keys only break its ties, and a key that is
+    the same for every span (one trace, one timeline) orders nothing.
+    """
+    ties = [cols.span_id, *([cols.trace] if traces > 1 else []), -cols.end]
+    if timelines <= 1:
+        return lexsort_unless_sorted(cols.start, ties)
+    lo = int(cols.start.min())
+    width = int(cols.start.max()) - lo + 1
+    if timelines * width >= 1 << 62:  # times too far apart to pack with the timeline
+        return lexsort((*ties, cols.start, timeline))
+    return lexsort_unless_sorted(timeline * width + (cols.start - lo), ties)
+
+
 def build_table(cols: SpanColumns) -> SpanTable:
     """Canonicalise ``cols`` and derive parents, depths, step anchors, timelines and ranks."""
     process, process_keys, key_order = _renumber(cols.process, cols.process_keys)
@@ -310,10 +328,7 @@ def build_table(cols: SpanColumns) -> SpanTable:
         cols = dataclasses.replace(cols, process=process, process_keys=process_keys, trace=trace,
                                    traces=traces, resources=resources)
     timeline, tl_process, tl_thread = _timelines(cols.process, cols.thread, len(process_keys))
-    # A key that is the same for every span (one trace, one timeline) orders nothing.
-    order = lexsort_unless_sorted([
-        cols.span_id, *([cols.trace] if len(traces) > 1 else []), -cols.end, cols.start,
-        *([timeline] if len(tl_process) > 1 else [])])
+    order = _canonical_order(cols, timeline, len(tl_process), len(traces))
     if order is not None:
         cols = _reorder(cols, order)
         timeline = timeline[order]

@@ -169,8 +169,10 @@ class _IdIndex:
                             or (self.spill_ids[1:] == self.spill_ids[:-1]).any())
 
     def _slot(self, ids: NDArray[np.uint64]) -> I64:
-        # uint64 products wrap (no overflow check on arrays): the hash is the low 64 bits.
-        return ((ids * _FIBONACCI) >> self._shift).astype(np.int64)
+        # uint64 products wrap (no overflow check on arrays): the hash is the low 64 bits;
+        # shifted, it fits in int64 as it is.
+        out: I64 = ((ids * _FIBONACCI) >> self._shift).view(np.int64)
+        return out
 
     def find(self, ids: NDArray[np.uint64]) -> I64:
         """The index of the span with each of ``ids`` (unique span ids only), or -1."""

@@ -88,7 +88,10 @@ class RunPartition:
 def partition_timelines(table: SpanTable, steps: Steps) -> TimelinePartition:
     """Partition every timeline; step windows become segment boundaries."""
     cols = table.cols
-    cand = np.flatnonzero((cols.bucket >= 0) & ~cols.concurrent & (cols.end > cols.start))
+    take = (cols.bucket >= 0) & (cols.end > cols.start)
+    if cols.concurrent.any():
+        take &= ~cols.concurrent
+    cand = take.nonzero()[0]
     bucket = cols.bucket[cand].astype(np.int64)
     cover = max_cover(
         table.timeline[cand], cols.start[cand], cols.end[cand],

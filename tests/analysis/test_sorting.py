@@ -80,3 +80,9 @@ def test_lexsort_unless_sorted_sees_columns_handed_over_in_order() -> None:
     assert lexsort_unless_sorted(start, [ids, -end]).tolist() == list(range(10))
     end[1] = end[0]
     assert lexsort_unless_sorted(start, [ids, -end]).tolist() == [1, 0, *range(2, 10)]
+
+
+def test_a_key_spanning_2_to_the_63_after_a_constant_one_sorts_like_numpy() -> None:
+    """Regression: a constant primary key then one of width 2**63 overflowed the packing."""
+    keys = [np.array([2**63 - 1, 0, 5], dtype=np.int64), np.zeros(3, np.int64)]
+    assert lexsort(keys).tolist() == np.lexsort(keys).tolist() == [1, 2, 0]

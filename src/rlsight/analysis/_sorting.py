@@ -40,7 +40,8 @@ def _chunks(keys: Sequence[NDArray[np.generic]]) -> list[NDArray[np.generic]]:
         lo, hi = int(key.min()), int(key.max())
         w = hi - lo + 1
         if cur is not None and width * w <= _LIMIT:
-            cur = cur * np.int64(w) + _offset(key, lo)
+            # One value so far (width 1) packs nothing: w may be 2**63, beyond an int64.
+            cur = _offset(key, lo) if width == 1 else cur * np.int64(w) + _offset(key, lo)
             width *= w
             continue
         if cur is not None:

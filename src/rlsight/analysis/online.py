@@ -135,6 +135,11 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
     threads: list[Any] = list(map(get, attrs, repeat(THREAD_ID, n)))
     if set(map(type, threads)) != _INT:  # a missing or non-int thread id: timeline 0
         threads = [t if type(t) is int else 0 for t in threads]
+        thread = np.fromiter(threads, np.int64, n)
+    elif threads.count(first := threads[0]) == n:  # one thread (a driver's usual case)
+        thread = np.full(n, first, np.int64)
+    else:
+        thread = np.fromiter(threads, np.int64, n)
     try:
         end = np.fromiter(ends, np.int64, n)
     except TypeError:  # a span still open: it ends now
@@ -150,7 +155,7 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
         bucket=bucket,
         concurrent=concurrent,
         process=np.zeros(n, np.int64),
-        thread=np.fromiter(threads, np.int64, n),
+        thread=thread,
         step_no=step_no,
         batch_size=np.full(n, math.nan),
         prompts=np.full(n, math.nan),

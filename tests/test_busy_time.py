@@ -226,3 +226,33 @@ def test_a_span_filed_with_an_end_after_the_cut_counts_on_both_sides_of_it(tmp_p
     assert online["idle"] == pytest.approx(400e-9, abs=1e-15)
     assert online["idle"] == pytest.approx(_report_rank(run_dir, "driver", 0)["idle"], abs=1e-15)
 
+
+
+def test_a_span_ending_after_several_cuts_is_carried_through_each(tmp_path):
+    """A carried row is carried again while it still ends after the cut, next to the rows
+    filed in the window (each window reads the processor's rows in place, carried first)."""
+    run_dir = tmp_path / "run"
+    telemetry = rlsight.setup_telemetry(_config(run_dir))
+    rollup = telemetry._rollup
+    assert rollup is not None
+    base = time.time_ns() + 10**9
+    try:
+        tracer = telemetry.tracer
+        long = tracer.start_span("rl.prop.work", start_time=base + 100,
+                                 attributes={"thread.id": 1, "rl.bucket": "idle"})
+        long.end(end_time=base + 900)
+        rollup._cut_at(base + 300)
+        short = tracer.start_span("rl.prop.work", start_time=base + 350,
+                                  attributes={"thread.id": 2, "rl.bucket": "overhead"})
+        short.end(end_time=base + 700)
+        rollup._cut_at(base + 400)
+        rollup._cut_at(base + 500)
+        rollup._cut_at(base + 1_000)
+    finally:
+        rlsight.shutdown_telemetry()
+    online = busy_seconds(run_dir)[("driver", 0)]
+    assert online["idle"] == pytest.approx(450e-9, abs=1e-15)  # 100-350, 700-900
+    assert online["overhead"] == pytest.approx(350e-9, abs=1e-15)
+    report = _report_rank(run_dir, "driver", 0)
+    for bucket in ("idle", "overhead"):
+        assert online[bucket] == pytest.approx(report[bucket], abs=1e-15), bucket

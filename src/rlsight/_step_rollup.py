@@ -216,14 +216,16 @@ class StepRollupProcessor(SpanProcessor):
         still_open = list(self._open.values())
         rows = self._rows
         filed = len(rows)
+        start = (first_row - self._first) * _ROW
         taken = self._first + filed // _ROW
-        out = rows[(first_row - self._first) * _ROW:filed]
-        if carried:
-            out[:0] = carried
-        count = len(out) // _ROW
+        count = (len(carried) + filed - start) // _ROW
+        after: list[Any] = []
         for span in still_open:
-            out += _row(span)
-        return taken, count, LiveSpans(out, now, self._runtime.resource_attributes)
+            after += _row(span)
+        # Not a copy of the rows: the caller reads them under the lock, which every drop of
+        # rows (_trim) takes, and rows filed meanwhile lie past ``filed``.
+        return taken, count, LiveSpans(rows, now, self._runtime.resource_attributes,
+                                       start, filed, carried, after)
 
     def _trim(self) -> None:
         """Drop the rows before the current window and every open step."""
@@ -309,9 +311,8 @@ class StepRollupProcessor(SpanProcessor):
             self._runtime.report_internal_error("busy-time", exc)
         finally:
             if spans is not None and ends is not None:
-                rows = spans.rows
                 for i in (ends > now).nonzero()[0].tolist():
-                    self._carried += rows[i * _ROW:(i + 1) * _ROW]
+                    self._carried += spans.row(i)
             self._window_from = taken
             self._trim()
 

@@ -177,8 +177,9 @@ class StepRollupProcessor(SpanProcessor):
             sid = row[_SPAN_ID]
         rows = self._rows
         rows += row
-        # Filed before it leaves the open spans: a roll-up copies the open spans, then the
-        # rows, so it sees a span ending meanwhile in one or both (see _take), never in neither.
+        # Filed before it leaves the open spans: a roll-up copies the open spans, then takes
+        # the rows filed by then, so it sees a span ending meanwhile in one or both (see
+        # _take), never in neither.
         self._open.pop(sid, None)
         # ``>=``, not ``==``: app threads file concurrently and a cut leaves the rows filed
         # meanwhile, so the length can step over the mark without landing on it; missed, the
@@ -209,7 +210,7 @@ class StepRollupProcessor(SpanProcessor):
         spans' rows, and all of them."""
         from rlsight.analysis.online import LiveSpans
 
-        # The open spans first, then the rows (on_end files a span, then drops it from the
+        # The open spans first, then the rows' end (on_end files a span, then drops it from the
         # open ones): a span ending meanwhile is read among the rows, the open ones or both
         # (then as the same row twice, which the table keeps once), never neither; read while
         # still open, it ends now, and filed later the next window clips it to what follows.

@@ -177,9 +177,8 @@ class StepRollupProcessor(SpanProcessor):
             sid = row[_SPAN_ID]
         rows = self._rows
         rows += row
-        # Filed before it leaves the open spans: a roll-up copies the open spans, then takes
-        # the rows filed by then, so it sees a span ending meanwhile in one or both (see
-        # _take), never in neither.
+        # Filed before it leaves the open spans: a roll-up copies the open spans, then the
+        # rows, so it sees a span ending meanwhile in one or both (see _take), never in neither.
         self._open.pop(sid, None)
         # ``>=``, not ``==``: app threads file concurrently and a cut leaves the rows filed
         # meanwhile, so the length can step over the mark without landing on it; missed, the
@@ -210,23 +209,21 @@ class StepRollupProcessor(SpanProcessor):
         spans' rows, and all of them."""
         from rlsight.analysis.online import LiveSpans
 
-        # The open spans first, then the rows' end (on_end files a span, then drops it from the
+        # The open spans first, then the rows (on_end files a span, then drops it from the
         # open ones): a span ending meanwhile is read among the rows, the open ones or both
         # (then as the same row twice, which the table keeps once), never neither; read while
         # still open, it ends now, and filed later the next window clips it to what follows.
         still_open = list(self._open.values())
         rows = self._rows
         filed = len(rows)
-        start = (first_row - self._first) * _ROW
         taken = self._first + filed // _ROW
-        count = (len(carried) + filed - start) // _ROW
-        after: list[Any] = []
+        out = rows[(first_row - self._first) * _ROW:filed]
+        if carried:
+            out[:0] = carried
+        count = len(out) // _ROW
         for span in still_open:
-            after += _row(span)
-        # Not a copy of the rows: the caller reads them under the lock, which every drop of
-        # rows (_trim) takes, and rows filed meanwhile lie past ``filed``.
-        return taken, count, LiveSpans(rows, now, self._runtime.resource_attributes,
-                                       start, filed, carried, after)
+            out += _row(span)
+        return taken, count, LiveSpans(out, now, self._runtime.resource_attributes)
 
     def _trim(self) -> None:
         """Drop the rows before the current window and every open step."""
@@ -312,8 +309,9 @@ class StepRollupProcessor(SpanProcessor):
             self._runtime.report_internal_error("busy-time", exc)
         finally:
             if spans is not None and ends is not None:
+                rows = spans.rows
                 for i in (ends > now).nonzero()[0].tolist():
-                    self._carried += spans.row(i)
+                    self._carried += rows[i * _ROW:(i + 1) * _ROW]
             self._window_from = taken
             self._trim()
 

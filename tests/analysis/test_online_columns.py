@@ -124,28 +124,3 @@ def test_trace_ids_beyond_128_bits_are_numbered_by_their_text():
                       now=1, resource={})
     text = [format(t, "032x") for t in ids]
     assert live_columns(spans).trace.tolist() == [sorted(set(text)).index(t) for t in text]
-
-
-@settings(max_examples=100, deadline=None)
-@given(st.lists(_span, max_size=9), st.data())
-def test_rows_handed_over_in_place_read_as_their_concatenation(rows, data):
-    """The processor hands its own list of rows with the bounds of a window (rows carried
-    before it, open spans after it, rows filed later past it): the columns and each row are
-    those of the rows laid end to end."""
-    flat = [x for trace, sid, parent, name, start, end, attrs in rows
-            for x in (start, end, trace, sid, parent or 0, name, attrs)]
-    k = len(ROW_FIELDS)
-    cuts = sorted(data.draw(st.lists(st.integers(0, len(rows)), min_size=4, max_size=4)))
-    before, skipped, inside, after = (flat[a * k:b * k] for a, b in zip([0, *cuts[:3]], cuts, strict=True))
-    # ``before`` rows, then ``inside`` at [start, stop) of a list with rows on either side
-    # (``skipped`` before it, the last rows filed later past it), then ``after``.
-    rest = flat[cuts[3] * k:]
-    listed = [*skipped, *inside, *rest]
-    spans = LiveSpans(listed, 10**7, {}, len(skipped), len(skipped) + len(inside), before,
-                      [*after, *rest])
-    whole = LiveSpans([*before, *inside, *after, *rest], 10**7, {})
-    assert len(spans) == len(whole)
-    assert [spans.row(i) for i in range(len(spans))] == [whole.row(i) for i in range(len(whole))]
-    got, want = live_columns(spans), live_columns(whole)
-    for field in ("start", "end", "trace", "span_id", "parent_id", "name", "bucket", "thread"):
-        assert getattr(got, field).tolist() == getattr(want, field).tolist(), field

@@ -77,46 +77,14 @@ class LiveSpans:
     (``None`` for a span still open, which then counts as ending at ``now``), the trace id,
     the span id, the parent's span id (0 for a root), the name, and the attributes as a
     ``dict`` (read with ``dict.get`` in C-level passes).
-
-    The spans are the rows of ``before``, then ``rows[start:stop]``, then the rows of
-    ``after``: the processor hands over its own list of rows with the bounds of a step's or a
-    window's rows, under its lock (nothing drops a row meanwhile; rows filed meanwhile lie past
-    ``stop``), so each field is one strided slice of it, not of a copy of it.
     """
 
     rows: list[Any]
     now: int
     resource: Mapping[str, Any]
-    start: int = 0
-    stop: int | None = None
-    """``len(rows)`` when ``None``."""
-    before: list[Any] = dataclasses.field(default_factory=list)
-    after: list[Any] = dataclasses.field(default_factory=list)
 
     def __len__(self) -> int:
-        stop = len(self.rows) if self.stop is None else self.stop
-        return (len(self.before) + stop - self.start + len(self.after)) // _ROW
-
-    def field(self, index: int) -> list[Any]:
-        """Every span's value of field ``ROW_FIELDS[index]``, in order."""
-        values = self.rows[self.start + index:self.stop:_ROW]
-        if self.before:
-            values[:0] = self.before[index::_ROW]
-        if self.after:
-            values += self.after[index::_ROW]
-        return values
-
-    def row(self, i: int) -> list[Any]:
-        """The ``i``-th span's row."""
-        head = len(self.before) // _ROW
-        if i < head:
-            return self.before[i * _ROW:(i + 1) * _ROW]
-        at = self.start + (i - head) * _ROW
-        stop = len(self.rows) if self.stop is None else self.stop
-        if at < stop:
-            return self.rows[at:at + _ROW]
-        at -= stop
-        return self.after[at:at + _ROW]
+        return len(self.rows) // _ROW
 
 
 def live_columns(spans: LiveSpans) -> SpanColumns:
@@ -124,9 +92,8 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
     reads; the group, status and numeric attribute columns stay empty, and the kept attribute
     dicts unless a discard is among the spans: no rollup reads them).
 
-    Each field is one strided slice of the rows (:meth:`LiveSpans.field`); every column is
-    one C-level pass over a field (``map`` of a C function, ``np.fromiter``), not a Python
-    expression per span.
+    Each field is one strided slice of the rows; every column is one C-level pass over a
+    field (``map`` of a C function, ``np.fromiter``), not a Python expression per span.
 
     One difference from the store reader's columns, local to this module: ``traces`` holds
     an order key per trace, not its hex text. The rollup reads trace text only for its order
@@ -135,9 +102,10 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
     are shared strings that sort in that order: a window whose spans are roots has a trace
     each, and formatting each id cost more than the rest of its columns.
     """
+    rows = spans.rows
     n = len(spans)
-    starts, ends, trace_ids, span_ids, parent_ids, span_names, attrs = map(
-        spans.field, range(_ROW))
+    starts, ends, trace_ids, span_ids, parent_ids, span_names, attrs = (
+        rows[i::_ROW] for i in range(_ROW))
     codes: Mapping[Any, int] = BUCKET_CODES  # any value that is not a bucket name: -1
     get: Callable[[dict[str, Any], str], Any] = dict.get
     try:

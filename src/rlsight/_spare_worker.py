@@ -1,8 +1,8 @@
 """A reader worker process started before it is needed, so its imports overlap the caller's.
 
 A large read is shared with a second Python process (:func:`rlsight.analysis._read.
-shared_jobs`); that process spends its first ~0.3 s importing numpy and the analysis before
-it reads a byte. Started when the read is asked for, those imports come after the caller's
+shared_jobs`); that process spends its first ~0.3 s importing numpy and the reading modules
+before it reads a byte. Started when the read is asked for, those imports come after the caller's
 own; started as the command begins (:func:`prestart`), they run on the second CPU while the
 caller imports, and the worker is ready when the first job is. A spare that is never used is
 ended at exit. This module imports nothing heavy, so a command can call it first.
@@ -21,7 +21,17 @@ __all__ = ["PARALLEL_MIN_BYTES", "prestart", "spawn", "take", "usable_cpus"]
 
 #: Reads of more than this many bytes of JSON use a second process when two CPUs are available.
 PARALLEL_MIN_BYTES: Final = 32 * 2**20
-_ENTRY: Final = "from rlsight.analysis._read import _worker_main; _worker_main()"
+#: The worker's program. It reads, so it needs the store and column modules and numpy, not
+#: the package's public API (OpenTelemetry) nor the rest of the analysis that ``rlsight`` and
+#: ``rlsight.analysis`` import on import (~0.3 s): those two packages are entered bare (their
+#: ``__init__`` not run), and each module a task names is imported, with its own imports, as
+#: the task is unpickled.
+_ENTRY: Final = (
+    "import importlib.util as u, sys\n"
+    "for name in ('rlsight', 'rlsight.analysis'):\n"
+    "    sys.modules[name] = u.module_from_spec(u.find_spec(name))\n"
+    "from rlsight.analysis._read import _worker_main; _worker_main()"
+)
 _SPARE: list[subprocess.Popen[bytes]] = []
 
 

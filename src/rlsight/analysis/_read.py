@@ -17,6 +17,7 @@ import os
 import pickle
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -216,14 +217,19 @@ def shared_jobs(run: Callable[[Any], Any], jobs: Sequence[Any],
     worker slow to start (imports) or a busy CPU does not leave this one waiting.
 
     ``run`` is a module-level function (pickled by name). The worker announces each job it
-    starts and sends each result as it is done; this process takes a job only if the worker
-    has not started it, and waits for the worker's results from there on. A worker that
+    starts and each result as it is done; this process takes a job only if the worker has
+    not started it, and waits for the worker's results from there on. Results go through
+    files in a folder this process owns, not the pipe: a pipe is drained by a thread of this
+    process, which needs the GIL that this process's own reading holds, so a worker writing
+    a megabyte result into it waited on this process (measured: most of its time) and this
+    process, not seeing the worker's announcements behind it, read the worker's jobs too. A worker that
     cannot start or dies leaves its jobs to this process, so the result is always that of a
     serial run. ``done(job)`` is called here as each job's result arrives.
     """
     results: dict[int, Any] = {}
-    worker = start_worker(_stream_jobs, (run, list(jobs)))
-    channel = _Channel(worker) if worker is not None else None
+    folder = tempfile.TemporaryDirectory(prefix="rlsight-read-")
+    worker = start_worker(_stream_jobs, (run, list(jobs), folder.name))
+    channel = _Channel(worker, Path(folder.name)) if worker is not None else None
     try:
         for index, job in enumerate(jobs):
             if channel is not None and channel.started(index):
@@ -243,14 +249,17 @@ def shared_jobs(run: Callable[[Any], Any], jobs: Sequence[Any],
     finally:
         if channel is not None:
             channel.close()
+        folder.cleanup()
     return [results[i] for i in range(len(jobs))]
 
 
 class _Channel:
-    """This process's end of a :func:`_stream_jobs` worker: a thread reads its frames."""
+    """This process's end of a :func:`_stream_jobs` worker: a thread reads its frames and
+    loads the results they announce from ``folder``."""
 
-    def __init__(self, worker: subprocess.Popen[bytes]) -> None:
+    def __init__(self, worker: subprocess.Popen[bytes], folder: Path) -> None:
         self.worker = worker
+        self.folder = folder
         self.lock = threading.Condition()
         self.first_started = -1  # lowest job index the worker has started (it goes backwards)
         self.results: dict[int, Any] = {}
@@ -263,19 +272,17 @@ class _Channel:
         assert stream is not None
         try:
             while True:
-                head = stream.read(9)
-                if len(head) < 9:
+                head = stream.read(5)
+                if len(head) < 5:
                     return
-                kind, index = head[:1], int.from_bytes(head[1:5], "little")
-                size = int.from_bytes(head[5:], "little")
-                body = stream.read(size) if size else b""
-                if len(body) < size:
-                    return
+                kind, index = head[:1], int.from_bytes(head[1:], "little")
+                # Our own child process wrote it; read without the lock (it releases the GIL).
+                result = pickle.loads(_result_path(self.folder, index).read_bytes()) if kind == b"r" else None
                 with self.lock:
                     if kind == b"s":
                         self.first_started = index
                     else:
-                        self.results[index] = pickle.loads(body)  # our own child process wrote it
+                        self.results[index] = result
                     self.lock.notify_all()
         except (OSError, ValueError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
             return
@@ -304,17 +311,24 @@ class _Channel:
             self.worker.stdout.close()
 
 
-def _stream_jobs(payload: tuple[Callable[[Any], Any], list[Any]]) -> None:
+def _result_path(folder: Path, index: int) -> Path:
+    return folder / f"{index}.pickle"
+
+
+def _stream_jobs(payload: tuple[Callable[[Any], Any], list[Any], str]) -> None:
     """Worker side of :func:`shared_jobs`: jobs from the last back, each announced on stdout
-    (``s``, index) and its pickled result sent when done (``r``, index, length, bytes)."""
-    run, jobs = payload
+    (``s``, index) and, when done, its result pickled to a file of ``folder`` and announced
+    (``r``, index)."""
+    run, jobs, folder = payload
     out = sys.stdout.buffer
     with gc_paused():
         for index in range(len(jobs) - 1, -1, -1):
-            out.write(b"s" + index.to_bytes(4, "little") + (0).to_bytes(4, "little"))
+            out.write(b"s" + index.to_bytes(4, "little"))
             out.flush()
-            body = pickle.dumps(run(jobs[index]), protocol=pickle.HIGHEST_PROTOCOL)
-            out.write(b"r" + index.to_bytes(4, "little") + len(body).to_bytes(4, "little") + body)
+            result = run(jobs[index])
+            with _result_path(Path(folder), index).open("wb") as file:
+                pickle.dump(result, file, protocol=pickle.HIGHEST_PROTOCOL)
+            out.write(b"r" + index.to_bytes(4, "little"))
             out.flush()
 
 

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import numpy as np
 from _build import SEC, RunBuilder, analyze
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from rlsight.analysis.hotspots import children_cover
 
 
 def test_self_time_subtracts_the_union_of_same_thread_children(run: RunBuilder):
@@ -42,19 +37,3 @@ def test_spans_are_listed_largest_total_first(run: RunBuilder):
     d.span("small", 0, 1)
     d.span("big", 0, 5)
     assert [s.name for s in analyze(run).top_spans] == ["big", "small"]
-
-
-_rows = st.lists(st.tuples(st.integers(0, 3), st.integers(-20, 40), st.integers(-20, 40)), max_size=30)
-
-
-@given(_rows, st.sampled_from([1, 1 << 40, 1 << 56]))
-@settings(max_examples=300, deadline=None)
-def test_children_cover_is_the_union_length_per_group(rows, scale):
-    """Start-sorted running-max union == the brute-force count of covered instants, also with
-    times too wide to pack (the end-point sweep) and empty or backwards intervals."""
-    a = np.asarray(rows, dtype=np.int64).reshape(-1, 3)
-    g, s, e = a[:, 0], a[:, 1], a[:, 2]
-    got = children_cover(g, s * scale, e * scale, 4)
-    for group in range(4):
-        points = {t for i in range(len(rows)) if g[i] == group for t in range(int(s[i]), int(e[i]))}
-        assert got[group] == len(points) * scale

@@ -110,3 +110,17 @@ def test_both_range_max_strategies_are_the_brute_force_max(case):
     assert _range_max(size, lo, hi, values).tolist() == expected
     if len(lo):
         assert _sparse_range_max(size, lo, hi, values, hi - lo).tolist() == expected
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-20, 40), st.integers(-20, 40)), max_size=30),
+       st.sampled_from([1, 1 << 40, 1 << 56]))
+@settings(max_examples=300, deadline=None)
+def test_covered_length_counts_each_instant_once_at_any_time_scale(rows, scale):
+    """Start-sorted keys with a running max of ends (and, when the times are too wide to pack,
+    the end-point sweep) == brute force, with empty and backwards intervals among them."""
+    a = np.asarray(rows, dtype=np.int64).reshape(-1, 3)
+    g, s, e = a[:, 0], a[:, 1], a[:, 2]
+    got = covered_length(g, s * scale, e * scale, 4)
+    for group in range(4):
+        points = {t for i in range(len(rows)) if g[i] == group for t in range(int(s[i]), int(e[i]))}
+        assert got[group] == len(points) * scale

@@ -23,6 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rlsight.analysis._sorting import lexsort
+from rlsight.analysis._sums import group_sums
 
 __all__ = ["Cover", "covered_length", "max_cover"]
 
@@ -220,9 +221,12 @@ def max_cover(
 def covered_length(group: I64, start: I64, end: I64, groups: int) -> I64:
     """Length of the union of each group's intervals, for groups ``0 .. groups-1``.
 
-    A sweep over sorted end points: +1 at a start, -1 at an end; the cumulative count is the
-    number of open intervals, and every gap where it is positive is covered. Counts never leak
-    between groups because each group's deltas sum to zero.
+    With each group's times shifted into a range of its own (one int64 key per start,
+    group-major), the intervals in start order and a running maximum of their ends, each
+    interval adds what it reaches past every earlier end; the sum per group is its union.
+    That sorts the n starts only (a sweep over end points sorts 2n and sums with ``add.at``;
+    half the time on a run's million spans). Keys too wide for an int64 take that sweep, in
+    (group, time) order: +1 at a start, -1 at an end, every gap with intervals open counted.
     """
     out = np.zeros(groups, dtype=np.int64)
     keep = end > start
@@ -230,18 +234,17 @@ def covered_length(group: I64, start: I64, end: I64, groups: int) -> I64:
         return out
     g, s, e = group[keep], start[keep], end[keep]
     lo, width = int(s.min()), int(e.max()) - int(s.min()) + 1
-    if 2 * (int(g.max()) + 1) * width <= 1 << 63:
-        # One int64 key per point: group-major, then time, then the low bit (1 at a start).
-        # Point order within equal times does not matter (the gap between them is zero), and
-        # a gap across two groups is never counted (the count is back to zero there), so a
-        # plain sort of the keys is the whole sweep.
+    if (int(g.max()) + 1) * width <= 1 << 62:
         base = g * width - lo
-        key = np.sort(np.concatenate(((base + s) * 2 + 1, (base + e) * 2)))
-        open_count = np.cumsum((key & 1) * 2 - 1)
-        t = key >> 1
-        counted = open_count[:-1] > 0
-        np.add.at(out, t[:-1][counted] // width, (t[1:] - t[:-1])[counted])
-        return out
+        first = base + s
+        order = np.argsort(first)
+        first, last, g = first[order], (base + e)[order], g[order]
+        reach = np.empty_like(last)  # the furthest end before each interval; its start for the first
+        reach[0] = first[0]
+        np.maximum.accumulate(last[:-1], out=reach[1:])
+        added = last - np.maximum(first, reach)
+        np.maximum(added, 0, out=added)
+        return group_sums(g, added, groups)
     n = len(g)
     gg = np.concatenate((g, g))
     tt = np.concatenate((s, e))

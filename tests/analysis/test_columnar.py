@@ -159,6 +159,20 @@ def test_shared_jobs_return_each_result_in_order_whoever_ran_it():
     assert sorted(arrived) == jobs
 
 
+def test_shared_jobs_without_a_temporary_folder_run_every_job_here(monkeypatch: pytest.MonkeyPatch):
+    """The worker's results come back through a temporary folder; none to be had (read-only
+    or full TMPDIR) means no worker, not a failed read."""
+    import tempfile
+
+    from rlsight.analysis._read import shared_jobs
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise PermissionError("read-only TMPDIR")
+
+    monkeypatch.setattr(tempfile, "TemporaryDirectory", refuse)
+    assert shared_jobs(abs, [-1, -2, -3]) == [1, 2, 3]
+
+
 def test_shared_jobs_without_a_worker_run_every_job_here(monkeypatch: pytest.MonkeyPatch):
     from rlsight.analysis._read import shared_jobs
 

@@ -227,9 +227,12 @@ def shared_jobs(run: Callable[[Any], Any], jobs: Sequence[Any],
     serial run. ``done(job)`` is called here as each job's result arrives.
     """
     results: dict[int, Any] = {}
-    folder = tempfile.TemporaryDirectory(prefix="rlsight-read-")
-    worker = start_worker(_stream_jobs, (run, list(jobs), folder.name))
-    channel = _Channel(worker, Path(folder.name)) if worker is not None else None
+    try:
+        folder = tempfile.TemporaryDirectory(prefix="rlsight-read-", ignore_cleanup_errors=True)
+    except OSError:  # no temporary folder for the worker's results: every job is run here
+        folder = None
+    worker = start_worker(_stream_jobs, (run, list(jobs), folder.name)) if folder else None
+    channel = _Channel(worker, Path(folder.name)) if folder and worker else None
     try:
         for index, job in enumerate(jobs):
             if channel is not None and channel.started(index):
@@ -249,7 +252,8 @@ def shared_jobs(run: Callable[[Any], Any], jobs: Sequence[Any],
     finally:
         if channel is not None:
             channel.close()
-        folder.cleanup()
+        if folder is not None:
+            folder.cleanup()
     return [results[i] for i in range(len(jobs))]
 
 

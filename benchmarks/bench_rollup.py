@@ -49,7 +49,7 @@ def main() -> None:
         raise SystemExit("vectorised and naive rollups disagree; the benchmark would be meaningless")
     results = compare({"rollup (numpy, rlsight)": vectorised,
                        "rollup (per-span Python heap sweep)": lambda: naive_rollup(table, steps)},
-                      number=1, rounds=2 if args.quick else 3, loop_overhead=False)
+                      number=1, rounds=2 if args.quick else 7, loop_overhead=False)
     doc = ratio_table(f"goodput rollup on {written} spans",
                       results, [("python loop / numpy", "rollup (per-span Python heap sweep)",
                                  "rollup (numpy, rlsight)")])

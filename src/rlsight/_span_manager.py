@@ -209,7 +209,7 @@ class LiveSpan(AsyncFromSync):
                 key = (group, tid, wire_bucket, category)
                 attrs: dict[str, Any] | None = _SHARED.get(key)
                 if attrs is None:
-                    attrs = stamps(key, _stamp_items(group, tid, wire_bucket, category))
+                    attrs = stamps(key, self._own_attributes(group, tid, wire_bucket, category))
                 shared = True
             else:
                 attrs = self._own_attributes(group, tid, wire_bucket, category)
@@ -302,18 +302,6 @@ class LiveSpan(AsyncFromSync):
             if token is not None:
                 detach(token)  # type: ignore[arg-type]
         return None
-
-
-
-def _stamp_items(group: str, tid: int, wire_bucket: str | None,
-                 category: str | None) -> tuple[tuple[str, Any], ...]:
-    """rlsight's stamps in the order :meth:`LiveSpan._own_attributes` writes them."""
-    items: tuple[tuple[str, Any], ...] = ((SPAN_GROUP, group), (THREAD_ID, tid))
-    if wire_bucket is not None:
-        items += ((BUCKET, wire_bucket),)
-    if category is not None:
-        items += ((EFFICIENCY_CATEGORY, category),)
-    return items
 
 
 def _explicit_bucket(attrs: Mapping[str, Any], name: str) -> Bucket | None:

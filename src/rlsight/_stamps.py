@@ -12,6 +12,7 @@ path copies it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
 __all__ = ["BY_ID", "BY_VALUES", "stamps"]
@@ -25,8 +26,8 @@ BY_VALUES: Final[dict[tuple[Any, ...], dict[str, Any]]] = {}
 _MAX: Final = 1024
 
 
-def stamps(key: tuple[Any, ...], items: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
-    """The shared dict of ``items`` (its key/value pairs, in order), made once per ``key``.
+def stamps(key: tuple[Any, ...], items: Mapping[str, Any]) -> dict[str, Any]:
+    """The shared dict of ``items`` (a copy, in its order), made once per ``key``.
 
     ``key`` must name ``items`` exactly (the same values of the same types): the caller
     builds both from the same fields.

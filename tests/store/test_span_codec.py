@@ -273,7 +273,7 @@ def test_a_dict_spans_share_is_encoded_once_and_any_other_as_it_is_now() -> None
     from rlsight._stamps import stamps
 
     codec = SpanCodec(orjson.dumps)
-    shared = stamps(("codec-test",), (("rl.span_group", "generation"), ("thread.id", 5)))
+    shared = stamps(("codec-test",), {"rl.span_group": "generation", "thread.id": 5})
     own = {"k": 1}
     context = SpanContext(0xABC, 0x1, is_remote=False, trace_flags=TraceFlags(1))
 

@@ -207,13 +207,10 @@ def max_cover(
     lo, hi = uid[:n], uid[n:2 * n]
     live = hi > lo
     # Each interval's priority above its index, complemented: the lower index wins a tie.
-    if live.all():  # the caller kept only intervals that cover something
-        best = _range_max(len(seg_start), lo, hi, (priority.astype(np.int64) << _INDEX_BITS)
-                          | np.arange(_INDEX_MASK, _INDEX_MASK - n, -1))
-    else:
-        idx = np.flatnonzero(live)
-        best = _range_max(len(seg_start), lo[idx], hi[idx],
-                          (priority[idx].astype(np.int64) << _INDEX_BITS) | (_INDEX_MASK - idx))
+    packed = (priority.astype(np.int64) << _INDEX_BITS) | np.arange(_INDEX_MASK, _INDEX_MASK - n, -1)
+    if not live.all():  # the caller usually kept only intervals that cover something
+        lo, hi, packed = lo[live], hi[live], packed[live]
+    best = _range_max(len(seg_start), lo, hi, packed)
     winner = np.where(best >= 0, _INDEX_MASK - (best & _INDEX_MASK), -1)
     return Cover(seg_group, seg_start, seg_end, winner, uid[2 * n:])
 

@@ -337,9 +337,10 @@ def build_table(cols: SpanColumns) -> SpanTable:
     # Deduplicate (trace, span id): keep the first in canonical order.
     # Span ids are random 64-bit numbers: when none repeats, no (trace, id) pair can, and
     # the parent search reuses the index of the ids.
-    by_id: _IdIndex | None = _IdIndex(cols.span_id)
+    index = _IdIndex(cols.span_id)
+    by_id: _IdIndex | None = index
     duplicates = 0
-    if by_id is not None and by_id.repeats:
+    if index.repeats:
         by_id = None
         dup = np.zeros(len(cols.start), dtype=bool)
         by_pair = lexsort((np.arange(len(cols.start)), cols.span_id, cols.trace))

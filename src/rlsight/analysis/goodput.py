@@ -56,8 +56,6 @@ _WASTED: Final = BUCKET_CODES["wasted"]
 _PRODUCTIVE: Final = BUCKET_CODES["productive"]
 _OVERHEAD: Final = BUCKET_CODES["overhead"]
 _IDLE: Final = BUCKET_CODES["idle"]
-#: Every bucket code as a column, to compare a row of labels with all codes at once.
-_CODE_COLUMN: Final = np.arange(len(BUCKET_CODES))[:, None]
 #: Priority of a superseded step window in the run partition: above every bucket.
 _SUPERSEDED: Final = len(BUCKET_CODES)
 

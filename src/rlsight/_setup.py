@@ -106,17 +106,15 @@ def setup_telemetry(
         # Not _materialize(): in the driver a store that cannot be opened is a setup error to
         # raise now, not a warning to run on without telemetry.
         telemetry._build_providers()
-    except OSError as exc:
+    except (OSError, ConfigError) as exc:
         if fresh:
             _forget_run_folder(config.run_path)
+        if isinstance(exc, ConfigError):
+            raise
         raise ConfigError(
             f"TelemetryConfig.run_dir={config.run_dir!r}: cannot open the local store "
             f"({exc.strerror}: {exc.filename}); choose another folder or set local_store=False"
         ) from exc
-    except ConfigError:
-        if fresh:
-            _forget_run_folder(config.run_path)
-        raise
     if config.stall_after_s is not None or config.stall_after_steps is not None:
         from rlsight.watchdog import Watchdog
 

@@ -11,8 +11,9 @@ import argparse
 import sys
 import traceback
 from types import ModuleType
-from typing import Any, Final
+from typing import Final
 
+import rlsight
 from rlsight.commands import check, demo, diff, export, report, runs, timeline, watch
 from rlsight.commands._exit import (
     EXIT_BROKEN_PIPE,
@@ -44,32 +45,14 @@ _COMMANDS: Final[dict[str, ModuleType]] = {
 }
 
 
-class _Version(argparse.Action):
-    """``--version``, read from the package metadata only when asked: every command pays for
-    the parser, and the metadata lookup is not free."""
-
-    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: object, option_string: str | None = None) -> None:
-        from importlib import metadata
-
-        try:
-            version = metadata.version("rlsight")
-        except metadata.PackageNotFoundError:
-            version = "0.0.0"  # what ``rlsight.__version__`` says too
-        sys.stdout.write(f"rlsight {version}\n")
-        parser.exit()
-
-
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlsight",
         description="Read what an instrumented RL run wrote, and check instrumentation drift.",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-    parser.add_argument("--version", action=_Version, help="print the installed version and exit")
+    parser.add_argument("--version", action="version", version=f"rlsight {rlsight.__version__}",
+                        help="print the installed version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module in _COMMANDS.items():
         # The command modules' docstrings are the help text; a terminal shows ``--x`` as-is,

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from rlsight.errors import StoreError
 from rlsight.store import SkippedRecord, read_manifest
+from rlsight.store._collector import holds_a_run
 
 if TYPE_CHECKING:
     from rlsight.analysis import RunReport
@@ -42,7 +43,7 @@ class RunSource:
 
 def is_run_folder(path: Path) -> bool:
     """Whether ``path`` is a run folder the store wrote (or one laid out like it)."""
-    return path.is_dir() and ((path / "traces").is_dir() or (path / "manifest.json").is_file())
+    return path.is_dir() and holds_a_run(path)
 
 
 def _is_saved_report(path: Path) -> bool:

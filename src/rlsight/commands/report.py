@@ -87,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
     """Analyse the run and print (or write) the report; return the exit code."""
     if missing_extra("report", "numpy", "orjson", "rich"):
         return EXIT_USAGE
+    if args.html is not None and unusable_output("report", "--html", args.html, "report.html"):
+        return EXIT_USAGE
     if args.run_dir.is_dir():
         from rlsight._spare_worker import prestart
 
@@ -96,8 +98,6 @@ def run(args: argparse.Namespace) -> int:
     from rlsight.commands._source import AmbiguousRunError, annotate, open_run
     from rlsight.errors import StoreError
 
-    if args.html is not None and unusable_output("report", "--html", args.html, "report.html"):
-        return EXIT_USAGE
     run_dir: Path = args.run_dir
     if not run_dir.exists():
         print(f"rlsight report: no run folder at {run_dir}; pass a folder a run wrote "

@@ -34,13 +34,9 @@ if TYPE_CHECKING:
 __all__ = ["StartRecordProcessor", "start_lines"]
 
 
-def _is_live(attrs: Any) -> bool:
-    """Whether a span with these attributes gets a start record (see ``store._live``)."""
-    group = attrs.get(SPAN_GROUP)
-    if group in LIVE_GROUPS:
-        return True
-    if group in NEVER_LIVE:
-        return False
+def _marked_live(attrs: Any, group: object) -> bool:
+    """Whether a span of a ``group`` in neither list of ``store._live`` gets a start record:
+    marked ``live=True``, or an umbrella."""
     if attrs.get(LIVE) is True:
         return True
     meta = GATE.groups.get(group) if isinstance(group, str) else None
@@ -78,8 +74,10 @@ class StartRecordProcessor(SpanProcessor):
         attrs: Any = span._attributes  # rlsight's processors see SDK spans only
         if type(attrs) is not dict:  # a LeanSpan's plain dict, else the SDK's
             attrs = span_attributes(span)
-        # _is_live(attrs), its first test inlined: most spans are of a group listed as live.
-        if (attrs.get(SPAN_GROUP) in LIVE_GROUPS or _is_live(attrs)) and not self._closed:
+        group = attrs.get(SPAN_GROUP)
+        # The two group lists tested here (no call for nearly every span); the rest in a call.
+        live = group in LIVE_GROUPS or (group not in NEVER_LIVE and _marked_live(attrs, group))
+        if live and not self._closed:
             self._open[span._context[1]] = span  # type: ignore[index]
 
     def on_end(self, span: ReadableSpan) -> None:

@@ -143,11 +143,9 @@ class StepRollupProcessor(SpanProcessor):
         self._window_start = time.time_ns()
         self._stop = False
         self._wake = threading.Event()
-        self._windows: threading.Thread | None = None
         if window_s > 0:
-            self._windows = threading.Thread(
-                target=self._cut_windows, args=(window_s,), name="rlsight-busy-time", daemon=True)
-            self._windows.start()
+            threading.Thread(target=self._cut_windows, args=(window_s,), name="rlsight-busy-time",
+                             daemon=True).start()
         if steps:
             # The roll-up needs numpy and the analysis (a few hundred ms to import on a busy
             # machine). Imported here, at setup, that cost lands in the run's startup; imported

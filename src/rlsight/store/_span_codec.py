@@ -255,16 +255,27 @@ class SpanCodec:
             if encoded_name is None:
                 encoded_name = name_of(name)
             span_kind = span._kind
+            append(
+                f'{{"traceId":"{trace_hex}","spanId":"{span_hex}",'
+                f'"name":{encoded_name},'
+                f'"kind":{"1" if span_kind is _INTERNAL else span_kind.value + 1},'
+                f'"startTimeUnixNano":"{start}","endTimeUnixNano":"{end}","attributes":['
+            )
             attrs: Any = span._attributes
             plain = type(attrs) is dict  # a LeanSpan's, until an attribute is set on it
             # A dict many spans share (rlsight._stamps) is encoded once; the entry holds the
             # dict, so its id names no other meanwhile.
             memo = shared.get(id(attrs)) if plain else None
             if memo is not None and memo[0] is attrs:
-                attrs_text = memo[1]
+                append(memo[1])
             elif attrs:
-                pieces: list[str] = []
-                add = pieces.append
+                registered = stamped.get(id(attrs)) if plain else None
+                # A shared dict's text is gathered to keep it; any other goes straight out.
+                if registered is attrs:
+                    pieces: list[str] = []
+                    add: Append = pieces.append
+                else:
+                    add = append
                 which: Literal[1, 2] = 1  # hit[1]: the first KeyValue; hit[2]: the rest
                 # Unpacked, so the items iterator reuses its tuple: no allocation per value.
                 for key, value in (attrs if plain else getattr(attrs, "_dict", attrs)).items():
@@ -276,21 +287,12 @@ class SpanCodec:
                         hit = key_value(key, value)
                     add(hit[which])
                     which = 2
-                attrs_text = "".join(pieces)
-                registered = stamped.get(id(attrs)) if plain else None
-                if registered is not None and registered is attrs:
+                if registered is attrs:
+                    attrs_text = "".join(pieces)
+                    append(attrs_text)
                     if len(shared) >= _CACHE_MAX:
                         shared.clear()
                     shared[id(attrs)] = (registered, attrs_text)
-            else:
-                attrs_text = ""
-            append(
-                f'{{"traceId":"{trace_hex}","spanId":"{span_hex}",'
-                f'"name":{encoded_name},'
-                f'"kind":{"1" if span_kind is _INTERNAL else span_kind.value + 1},'
-                f'"startTimeUnixNano":"{start}","endTimeUnixNano":"{end}","attributes":['
-                f'{attrs_text}'
-            )
             # What is rare goes through the mapping: trace state, events, links, status, drops.
             status = span._status
             code = 0

@@ -62,10 +62,12 @@ class TestKnownDelay:
         assert doc["spans"][0]["name"] == "rl.refit.push_weights"
         assert doc["spans"][0]["change_ns"] == pytest.approx(-DELAY_S * 1e9)
 
-    def test_a_saved_report_json_is_a_valid_side(self, runs, capsys, tmp_path):
+    @pytest.mark.parametrize("encoding", ["utf-8", "utf-16"])
+    def test_a_saved_report_json_is_a_valid_side(self, runs, capsys, tmp_path, encoding):
+        # utf-16: what PowerShell's `>` writes
         assert main(["report", str(runs[0]), "--json"]) == EXIT_OK
         saved = tmp_path / "base.json"
-        saved.write_text(capsys.readouterr().out)
+        saved.write_text(capsys.readouterr().out, encoding=encoding)
         doc = _diff_json(capsys, str(saved), str(runs[1]))
         assert doc["a"]["run_id"] == "base" and doc["spans"][0]["name"] == "rl.refit.push_weights"
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rlsight.errors import StoreError
 from rlsight.store import SkippedRecord, read_manifest
@@ -46,16 +46,18 @@ def is_run_folder(path: Path) -> bool:
     return path.is_dir() and holds_a_run(path)
 
 
-def _is_saved_report(path: Path) -> bool:
-    """Whether ``path`` is one JSON document as ``rlsight report --json`` writes it: a common
-    mistake, since ``rlsight diff`` takes such a file where ``report`` wants the run."""
+def saved_report(path: Path) -> dict[str, Any] | None:
+    """The document in ``path`` if it is one JSON document as ``rlsight report --json`` writes it,
+    else ``None``. ``rlsight diff`` reads such a file; ``report``, ``timeline`` and ``watch`` use
+    this to name the common mistake of passing one where a run is wanted. Bytes go to the JSON
+    parser as they are, so a report a shell redirected as UTF-16 still counts."""
     if not path.is_file():
-        return False
+        return None
     try:
         doc = json.loads(path.read_bytes())
     except (OSError, ValueError):
-        return False  # JSON lines (Collector output) or not JSON at all
-    return isinstance(doc, dict) and {"schema_version", "summary", "steps"} <= doc.keys()
+        return None  # JSON lines (Collector output) or not JSON at all
+    return doc if isinstance(doc, dict) and "schema_version" in doc else None
 
 
 def _label(run_id: str) -> str:
@@ -91,7 +93,7 @@ def open_run(path: Path, run_id: str | None = None) -> Iterator[RunSource]:
         elif len(runs) == 1:
             (chosen,) = runs.values()
         elif not runs:
-            if _is_saved_report(path):
+            if saved_report(path) is not None:
                 raise StoreError(f"{path} is a saved `rlsight report --json` document, not a run; "
                                  "pass the run folder it was made from (`rlsight diff` reads "
                                  "saved reports)")

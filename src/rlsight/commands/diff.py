@@ -11,10 +11,9 @@ unreadable, holding no spans, or (with ``--fail-if-slower``) without steps to co
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rlsight.commands._exit import EXIT_INPUT, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
 from rlsight.commands._extras import missing_extra
@@ -60,15 +59,6 @@ class _UsageError(_InputError):
     """Collector files holding several runs: a usage error (exit 2), as for `rlsight report`."""
 
 
-def _saved_report(path: Path) -> dict[str, Any] | None:
-    """The document in ``path`` if it is one ``rlsight report --json`` output, else ``None``."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None  # JSON lines (Collector output) or not JSON at all
-    return data if isinstance(data, dict) and "schema_version" in data else None
-
-
 def _load_report(path: Path) -> RunReport:
     """The report of ``path``: a saved ``--json`` report, a run folder, or Collector output.
 
@@ -76,13 +66,13 @@ def _load_report(path: Path) -> RunReport:
         _InputError: nothing usable at ``path``.
     """
     from rlsight.analysis import RunReport, analyze_run
-    from rlsight.commands._source import AmbiguousRunError, annotate, open_run
+    from rlsight.commands._source import AmbiguousRunError, annotate, open_run, saved_report
     from rlsight.errors import StoreError
 
     if not path.exists():
         raise _InputError(f"no run folder or report file at {path}; pass a folder a run wrote "
                           "or a file saved with `rlsight report RUN_DIR --json > FILE`")
-    saved = _saved_report(path) if path.is_file() else None
+    saved = saved_report(path)
     if saved is not None:
         try:
             return RunReport.from_dict(saved)

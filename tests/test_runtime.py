@@ -458,6 +458,23 @@ def test_setup_with_a_store_that_cannot_be_opened_is_a_config_error(tmp_path: Pa
     assert rlsight.runtime.active_runtime() is None
 
 
+def test_setup_failing_on_a_missing_exporter_extra_leaves_no_files_or_threads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The OTLP exporters are built before the store opens its files and starts its threads,
+    so a setup that fails on them leaves no run folder for `rlsight runs` to list and no
+    writer thread behind (it used to leave empty traces/metrics/live files, a live file
+    without a shutdown line, and two threads)."""
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.grpc.trace_exporter", None)
+    run = tmp_path / "run"
+    before = set(threading.enumerate())
+    with pytest.raises(ConfigError, match=r"rlsight\[grpc\]"):
+        setup_telemetry(TelemetryConfig(run_dir=str(run), otlp_protocol="grpc",
+                                        otlp_endpoint="http://127.0.0.1:4317"))
+    assert not run.exists()
+    assert [t.name for t in set(threading.enumerate()) - before if t.is_alive()] == []
+    assert active_runtime() is None
+
+
 class TestManifestOwner:
     """A second process calling setup_telemetry on a live driver's run keeps its manifest."""
 

@@ -138,17 +138,26 @@ class ProviderBuilder:
             if self._driver and self.config.prometheus_port is not None:
                 readers.append(self._build_prometheus())
             try:
-                if self.config.local_store:
-                    readers.append(self._build_local_store(tp, stem))
-                otlp_reader = self._build_otlp(tp)
-                if otlp_reader is not None:
-                    self._otlp_metric_reader = otlp_reader
-                    readers.append(otlp_reader)
+                # The exporters first: one that cannot be built (the grpc extra missing) is a
+                # ConfigError before the store opens its files and starts its threads.
+                span_exporter, metric_exporter = self._otlp_exporters()
+                try:
+                    if self.config.local_store:
+                        readers.append(self._build_local_store(tp, stem))
+                except BaseException:
+                    for exporter in (span_exporter, metric_exporter):
+                        if exporter is not None:
+                            exporter.shutdown()
+                    raise
             except BaseException:
                 if self._prometheus is not None:
                     self._prometheus.close()
                     self._prometheus = None
                 raise
+            otlp_reader = self._build_otlp(tp, span_exporter, metric_exporter)
+            if otlp_reader is not None:
+                self._otlp_metric_reader = otlp_reader
+                readers.append(otlp_reader)
             for processor in self._extra_processors:
                 tp.add_span_processor(processor)
             from rlsight._step_rollup import StepRollupProcessor, rollup_available
@@ -302,19 +311,35 @@ class ProviderBuilder:
             ) from exc
         return self._prometheus.reader
 
-    def _build_otlp(self, tp: TracerProvider) -> MetricReader | None:
-        """Exporters for each signal that has an endpoint; the metric reader, if any."""
-        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-        from opentelemetry.sdk.trace.export import SpanExportResult
-
-        from rlsight._batching import BatchingSpanProcessor, span_size
+    def _otlp_exporters(self) -> tuple[Any, Any]:
+        """The OTLP span and metric exporters of the signals that have an endpoint (None
+        where none); building them opens no file and starts no thread."""
         from rlsight.store._exporters import delta_temporality
 
         timeout_s = max(1.0, min(10.0, self.config.shutdown_timeout_ms / 1000))
         traces = self.config.otlp_signal_endpoint("traces")
-        if traces is not None:
-            span_exporter = _otlp_exporter("traces", self.config.otlp_signal_protocol("traces"),
-                                           traces, timeout_s)
+        metrics = self.config.otlp_signal_endpoint("metrics")
+        span_exporter = None if traces is None else _otlp_exporter(
+            "traces", self.config.otlp_signal_protocol("traces"), traces, timeout_s)
+        try:
+            metric_exporter = None if metrics is None else _otlp_exporter(
+                "metrics", self.config.otlp_signal_protocol("metrics"), metrics, timeout_s,
+                preferred_temporality=delta_temporality())
+        except BaseException:
+            if span_exporter is not None:
+                span_exporter.shutdown()
+            raise
+        return span_exporter, metric_exporter
+
+    def _build_otlp(self, tp: TracerProvider, span_exporter: Any,
+                    metric_exporter: Any) -> MetricReader | None:
+        """The span processor and metric reader of the OTLP exporters; the reader, if any."""
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        from rlsight._batching import BatchingSpanProcessor, span_size
+
+        if span_exporter is not None:
 
             def export(batch: Any) -> bool:
                 return bool(span_exporter.export(batch) == SpanExportResult.SUCCESS)
@@ -327,11 +352,8 @@ class ProviderBuilder:
             )
             self._processors.append(otlp)
             tp.add_span_processor(otlp)
-        metrics = self.config.otlp_signal_endpoint("metrics")
-        if metrics is None:
+        if metric_exporter is None:
             return None
-        metric_exporter = _otlp_exporter("metrics", self.config.otlp_signal_protocol("metrics"),
-                                         metrics, timeout_s, preferred_temporality=delta_temporality())
         return PeriodicExportingMetricReader(metric_exporter, export_interval_millis=_OTLP_METRIC_INTERVAL_MS)
 
 

@@ -13,6 +13,7 @@ from rlsight import (
     RL,
     StallRecord,
     TelemetryConfig,
+    job_span,
     setup_telemetry,
     shutdown_telemetry,
     span,
@@ -82,6 +83,24 @@ def test_it_does_not_fire_on_a_healthy_run_with_uneven_steps(run_dir: Path) -> N
         for n in range(28):
             with step_span(n), span(RL.TRAINING, "rl.train.policy"):
                 time.sleep(0.3 if n % 7 == 6 else 0.02)
+    finally:
+        shutdown_telemetry()
+    assert fired == []
+    assert not (run_dir / "stalls").exists()
+
+
+def test_teardown_after_the_job_span_ended_is_never_a_stall(run_dir: Path) -> None:
+    """After ``rl.job`` ends (ray.shutdown, a final upload), no step will end again: the
+    watchdog stops judging, as it does not judge startup either. It used to fire a stall
+    record, and call the hook that may abort the job, during a run's teardown."""
+    fired: list[StallRecord] = []
+    setup_telemetry(_config(run_dir, stall_after_s=0.2), on_stall=fired.append)
+    try:
+        with job_span():
+            for n in range(2):
+                with step_span(n), span(RL.TRAINING, "rl.train.policy"):
+                    time.sleep(0.01)
+        time.sleep(0.8)  # four thresholds of teardown; the watchdog polls every 50 ms
     finally:
         shutdown_telemetry()
     assert fired == []

@@ -204,7 +204,19 @@ def job_span(**attributes: Any) -> SpanContextManager:
     """The run's root span, ``rl.job``; open it once in the driver around everything."""
     if RL.JOB not in GATE.enabled:
         return NOOP
-    return LiveSpan(RL.JOB, JOB_SPAN, attributes, umbrella=True)
+    return _JobSpan(RL.JOB, JOB_SPAN, attributes, umbrella=True)
+
+
+class _JobSpan(LiveSpan):
+    __slots__ = ()
+
+    def finish(self, exc: BaseException | None) -> None:
+        # The run is over: what follows (ray.shutdown, a final upload) is teardown, never a
+        # stall, as startup is not one either.
+        rt = _runtime._ACTIVE
+        if rt is not None and rt.watchdog is not None and self._span is not None:
+            rt.watchdog.progress.job_ended()
+        super().finish(exc)
 
 
 def startup_span() -> SpanContextManager:

@@ -6,6 +6,7 @@ with the threshold; when it passes, the watchdog reads the run's start records, 
 stall record to ``<run_dir>/stalls/``, logs one warning naming the innermost open span of
 each stalled process, and calls the ``on_stall`` hook given to
 :func:`~rlsight.setup_telemetry`. It fires once per stall: the next step that ends re-arms it.
+It stops judging when ``rl.job`` ends: the teardown after it is never a stall.
 """
 
 from __future__ import annotations
@@ -79,11 +80,12 @@ StallHook = Callable[[StallRecord], object]
 class _Progress:
     """Step ends as the driver's step spans report them (thread-safe, cheap)."""
 
-    __slots__ = ("durations", "ended", "last_progress", "lock", "step")
+    __slots__ = ("durations", "ended", "job_over", "last_progress", "lock", "step")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.ended = 0
+        self.job_over = False  # ``rl.job`` ended: the rest is teardown, never a stall
         self.step: int | None = None
         self.last_progress: float | None = None  # monotonic seconds
         self.durations: deque[float] = deque(maxlen=_RECENT_STEPS)
@@ -99,6 +101,10 @@ class _Progress:
             self.ended += 1
             self.durations.append(seconds)
             self.last_progress = time.monotonic()
+
+    def job_ended(self) -> None:
+        with self.lock:
+            self.job_over = True
 
 
 class Watchdog:
@@ -144,7 +150,8 @@ class Watchdog:
         limit = self._threshold()
         with self.progress.lock:
             last, ended, step = self.progress.last_progress, self.progress.ended, self.progress.step
-        if limit is None or last is None or self._fired_at == ended:
+            over = self.progress.job_over
+        if limit is None or last is None or over or self._fired_at == ended:
             return None
         quiet = time.monotonic() - last
         if quiet <= limit:

@@ -46,6 +46,27 @@ def test_an_open_span_past_the_floor_is_stalled_and_exits_3(run_dir: Path, capsy
     assert "STALLED" in screen and "rl.checkpoint.save" in screen and "rl.step 3" in screen
 
 
+def test_ctrl_c_leaves_the_live_view_with_the_last_screens_exit_code(
+        run_dir: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a terminal watch refreshes until Ctrl-C, which is how a user leaves it: the exit code
+    is the last screen's verdict (docs/cli.md), not 130."""
+    import types
+
+    from rlsight.commands import watch
+
+    monkeypatch.setattr(watch, "time", types.SimpleNamespace(sleep=_interrupt))
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
+    with capture_telemetry(run_dir=run_dir), step_span(1), span(RL.REFIT, "rl.refit.push"):
+        _wait_for(run_dir, "rl.refit.push")
+        assert main(["watch", str(run_dir), "--min-age", "0"]) == EXIT_STALLED
+        assert main(["watch", str(run_dir)]) == EXIT_OK
+    assert "rl.refit.push" in capsys.readouterr().out
+
+
+def _interrupt(seconds: float) -> None:
+    raise KeyboardInterrupt
+
+
 def test_a_finished_run_is_not_stalled(run_dir: Path, capsys) -> None:
     with capture_telemetry(run_dir=run_dir), step_span(1):
         pass

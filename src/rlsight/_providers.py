@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from rlsight._identity import Identity, resource_attributes
-from rlsight.errors import ConfigError, warn_once
+from rlsight._otlp import otlp_exporters
+from rlsight.errors import ConfigError
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import Histogram, Meter
@@ -137,24 +138,22 @@ class ProviderBuilder:
             stem = _SAFE.sub("_", f"{self._identity.worker_group}-{self._identity.rank}-{os.getpid()}")
             if self._driver and self.config.prometheus_port is not None:
                 readers.append(self._build_prometheus())
+            exporters: tuple[Any, Any] = (None, None)
             try:
                 # The exporters first: one that cannot be built (the grpc extra missing) is a
                 # ConfigError before the store opens its files and starts its threads.
-                span_exporter, metric_exporter = self._otlp_exporters()
-                try:
-                    if self.config.local_store:
-                        readers.append(self._build_local_store(tp, stem))
-                except BaseException:
-                    for exporter in (span_exporter, metric_exporter):
-                        if exporter is not None:
-                            exporter.shutdown()
-                    raise
+                exporters = otlp_exporters(self.config)
+                if self.config.local_store:
+                    readers.append(self._build_local_store(tp, stem))
             except BaseException:
+                for exporter in exporters:
+                    if exporter is not None:
+                        exporter.shutdown()
                 if self._prometheus is not None:
                     self._prometheus.close()
                     self._prometheus = None
                 raise
-            otlp_reader = self._build_otlp(tp, span_exporter, metric_exporter)
+            otlp_reader = self._build_otlp(tp, *exporters)
             if otlp_reader is not None:
                 self._otlp_metric_reader = otlp_reader
                 readers.append(otlp_reader)
@@ -311,26 +310,6 @@ class ProviderBuilder:
             ) from exc
         return self._prometheus.reader
 
-    def _otlp_exporters(self) -> tuple[Any, Any]:
-        """The OTLP span and metric exporters of the signals that have an endpoint (None
-        where none); building them opens no file and starts no thread."""
-        from rlsight.store._exporters import delta_temporality
-
-        timeout_s = max(1.0, min(10.0, self.config.shutdown_timeout_ms / 1000))
-        traces = self.config.otlp_signal_endpoint("traces")
-        metrics = self.config.otlp_signal_endpoint("metrics")
-        span_exporter = None if traces is None else _otlp_exporter(
-            "traces", self.config.otlp_signal_protocol("traces"), traces, timeout_s)
-        try:
-            metric_exporter = None if metrics is None else _otlp_exporter(
-                "metrics", self.config.otlp_signal_protocol("metrics"), metrics, timeout_s,
-                preferred_temporality=delta_temporality())
-        except BaseException:
-            if span_exporter is not None:
-                span_exporter.shutdown()
-            raise
-        return span_exporter, metric_exporter
-
     def _build_otlp(self, tp: TracerProvider, span_exporter: Any,
                     metric_exporter: Any) -> MetricReader | None:
         """The span processor and metric reader of the OTLP exporters; the reader, if any."""
@@ -356,53 +335,6 @@ class ProviderBuilder:
             return None
         return PeriodicExportingMetricReader(metric_exporter, export_interval_millis=_OTLP_METRIC_INTERVAL_MS)
 
-
-def _otlp_exporter(
-    signal: str, protocol: str, endpoint: str, timeout_s: float, **options: Any
-) -> Any:
-    """One OTLP exporter of ``signal`` (``traces`` or ``metrics``) for ``protocol``.
-
-    OpenTelemetry's Python SDK has no http/json exporter: ``http/json`` is sent as
-    http/protobuf to the same URL (OTLP/HTTP receivers such as the Collector take both on
-    one path), after one warning, rather than failing a run over an encoding.
-    """
-    if protocol == "grpc":
-        try:
-            grpc_exporter: Any
-            if signal == "traces":
-                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-                    OTLPSpanExporter as GrpcSpanExporter,
-                )
-
-                grpc_exporter = GrpcSpanExporter
-            else:
-                from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
-                    OTLPMetricExporter as GrpcMetricExporter,
-                )
-
-                grpc_exporter = GrpcMetricExporter
-        except ImportError as exc:
-            raise ConfigError(
-                "TelemetryConfig.otlp_protocol='grpc' needs the gRPC exporter: "
-                "pip install 'rlsight[grpc]' (or use 'http/protobuf')"
-            ) from exc
-        target = endpoint.split("://", 1)[-1]
-        return grpc_exporter(endpoint=target, insecure=not endpoint.startswith("https://"),
-                            timeout=timeout_s, **options)
-    if protocol == "http/json":
-        warn_once(
-            f"otlp-http-json:{signal}",
-            f"rlsight: OTLP protocol 'http/json' for {signal}: the Python OpenTelemetry SDK has "
-            f"no JSON exporter, so {signal} go to {endpoint} as http/protobuf (OTLP/HTTP "
-            "receivers such as the Collector accept both); set 'http/protobuf' to silence this",
-        )
-    if signal == "traces":
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-        return OTLPSpanExporter(endpoint=endpoint, timeout=timeout_s, **options)
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-
-    return OTLPMetricExporter(endpoint=endpoint, timeout=timeout_s, **options)
 
 def _span_limits() -> Any:
     """The SDK's limits, with attribute text capped unless the standard variables say otherwise.

@@ -112,6 +112,17 @@ def test_http_spans_belong_to_the_per_prompt_group(service: Service, instrumente
         assert isinstance(s.attributes["thread.id"], int)
 
 
+def test_a_secret_in_the_query_string_stays_out_of_both_spans(
+        service: Service, instrumented_client: None) -> None:
+    secret = "sk-" + "a1b2c3d4" * 3
+    with capture_telemetry() as cap:
+        _post(f"{service.url}?token={secret}&n=1")
+        http = [s for s in cap.spans() if s.kind in (SpanKind.CLIENT, SpanKind.SERVER)]
+    assert len(http) == 2
+    assert [v for s in http for v in (s.attributes or {}).values() if secret in str(v)] == []
+    assert all("token=<redacted>&n=1" in str((s.attributes or {}).get("http.url")) for s in http)
+
+
 def test_with_per_prompt_off_the_hop_has_no_spans_but_keeps_the_trace(
     service: Service, instrumented_client: None
 ) -> None:

@@ -169,6 +169,25 @@ def test_http_spans_of_every_stack_belong_to_per_prompt(
         assert isinstance(s.attributes["thread.id"], int)
 
 
+@pytest.mark.parametrize("client", sorted(CLIENTS))
+@pytest.mark.parametrize("server", ["fastapi_url", "starlette_url"])
+def test_a_secret_in_the_query_string_stays_out_of_both_spans(
+    request: pytest.FixtureRequest, traced_clients: None, client: str, server: str
+) -> None:
+    """An environment service called with ``?api_key=...``: the client and server spans keep
+    the URL, scrubbed as exception messages are (ASGI sets its attributes again after the span
+    started, so the server side is scrubbed twice)."""
+    secret = "sk-" + "a1b2c3d4" * 3
+    with capture_telemetry() as cap:
+        CLIENTS[client](f"{request.getfixturevalue(server)}/score?api_key={secret}&n=1")
+        http = [s for s in _spans_once_servers_end(cap, 1) if s.kind in (SpanKind.CLIENT, SpanKind.SERVER)]
+    assert sorted(s.kind.name for s in http) == ["CLIENT", "SERVER"]
+    texts = [str(v) for s in http for v in (s.attributes or {}).values()]
+    assert [t for t in texts if secret in t] == []
+    for s in http:
+        assert "api_key=<redacted>&n=1" in str((s.attributes or {}).get("http.url")), s.attributes
+
+
 def test_the_asgi_server_span_opens_no_per_message_spans(fastapi_url: str, traced_clients: None) -> None:
     with capture_telemetry() as cap:
         _with_httpx(fastapi_url + "/score")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from rlsight.http._gate import PROVIDER, needs_extra
+from rlsight.http._gate import PROVIDER, needs_extra, scrub_url_hook
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -42,7 +42,8 @@ def instrument_fastapi(app: _App, /) -> _App:
     if getattr(app, "_is_instrumented_by_opentelemetry", False):
         return app
     FastAPIInstrumentor.instrument_app(
-        app, tracer_provider=PROVIDER, exclude_spans=_NO_MESSAGE_SPANS
+        app, tracer_provider=PROVIDER, exclude_spans=_NO_MESSAGE_SPANS,
+        server_request_hook=scrub_url_hook,
     )
     return app
 
@@ -61,4 +62,5 @@ def instrument_asgi_app(app: Any, /) -> Any:
     """
     with needs_extra("asgi"):
         from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
-    return OpenTelemetryMiddleware(app, tracer_provider=PROVIDER, exclude_spans=_NO_MESSAGE_SPANS)
+    return OpenTelemetryMiddleware(app, tracer_provider=PROVIDER, exclude_spans=_NO_MESSAGE_SPANS,
+                                   server_request_hook=scrub_url_hook)

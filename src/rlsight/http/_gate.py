@@ -5,7 +5,8 @@ whatever scope they ask for. Its tracer records on rlsight's own provider while 
 is on (an HTTP hop happens prompts x turns x tool calls times, which is exactly what
 ``per_step`` must not scale with) and otherwise returns a non-recording span that carries the
 parent's context, so a client still injects ``traceparent`` and a server still re-parents the
-handler's own spans under the caller.
+handler's own spans under the caller. The URL attributes are scrubbed of secrets on the way in
+(``?api_key=...``, ``?token=...``), as exception messages are.
 """
 
 from __future__ import annotations
@@ -21,12 +22,16 @@ from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanKind, Tracer, 
 from opentelemetry.util.types import Attributes
 
 from rlsight import runtime as _runtime
+from rlsight._redact import scrub
 from rlsight._semconv import SPAN_GROUP, THREAD_ID
 from rlsight.groups import GATE, RL
 
-__all__ = ["PROVIDER", "needs_extra"]
+__all__ = ["PROVIDER", "needs_extra", "scrub_url_hook"]
 
 _PER_PROMPT: Final = RL.PER_PROMPT
+#: Attributes in which the instrumentations write the request's URL or its query string: an
+#: environment service called with ``?api_key=...`` must not leave the key in the store.
+_URL_KEYS: Final = frozenset({"http.url", "http.target", "url.full", "url.query"})
 
 
 class _GatedTracer(Tracer):
@@ -47,6 +52,9 @@ class _GatedTracer(Tracer):
         if telemetry is None or _PER_PROMPT not in GATE.enabled:
             return NonRecordingSpan(_trace.get_current_span(context).get_span_context())
         attrs: dict[str, Any] = dict(attributes) if attributes else {}
+        for key in _URL_KEYS.intersection(attrs):
+            if isinstance(attrs[key], str):
+                attrs[key] = scrub(attrs[key])
         attrs[SPAN_GROUP] = _PER_PROMPT
         attrs[THREAD_ID] = threading.get_native_id()
         try:
@@ -80,6 +88,18 @@ class _GatedTracer(Tracer):
             set_status_on_exception=set_status_on_exception,
         ) as current:
             yield current
+
+
+def scrub_url_hook(span: Span, *_: Any) -> None:
+    """A server request hook: ASGI sets the request's attributes again after the span started,
+    so the URL attributes are scrubbed once more, after it did."""
+    attributes = getattr(span, "attributes", None)
+    if not span.is_recording() or not attributes:
+        return
+    for key in _URL_KEYS.intersection(attributes):
+        value = attributes[key]
+        if isinstance(value, str):
+            span.set_attribute(key, scrub(value))
 
 
 class _GatedTracerProvider(TracerProvider):

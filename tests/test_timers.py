@@ -181,3 +181,16 @@ def test_the_docs_example_prints_what_the_page_says(tmp_path: Path) -> None:
     quoted = re.search(r"prints `(.*?)` and\n`(.*?)`", page)
     assert quoted is not None
     assert printed == [quoted.group(1), quoted.group(2)]
+
+
+def test_async_with_is_refused_with_a_type_error_that_names_the_fix() -> None:
+    import asyncio
+
+    bridge = TimerBridge({"gen": RL.GENERATION})
+
+    async def wrong() -> None:
+        async with bridge.time("gen", {}):
+            pass
+
+    with pytest.raises(TypeError, match=r"bridge.time\('gen', ...\) is a plain context manager: write `with"):
+        asyncio.run(wrong())

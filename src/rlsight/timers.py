@@ -60,6 +60,15 @@ class _Timed:
         self._timings[self._label] = self._timings.get(self._label, 0.0) + elapsed
         self._span.__exit__(exc_type, exc, tb)
 
+    async def __aenter__(self) -> Span:
+        raise TypeError(
+            f"bridge.time({self._label!r}, ...) is a plain context manager: write `with "
+            "bridge.time(...)`, also inside async def (it times the block either way)"
+        )
+
+    async def __aexit__(self, *exc_info: object) -> None:  # never reached: __aenter__ refuses
+        raise AssertionError("unreachable")
+
 
 class _Wrapped(Generic[T]):
     """The framework's own timer context manager, entered inside the label's span."""

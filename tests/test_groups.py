@@ -253,7 +253,7 @@ class TestGate:
                 for group in groups:
                     assert (span(group, "rl.test.gate") is NOOP) == (group not in enabled)
                     assert (umbrella_span(group, "rl.test.gate") is NOOP) == (group not in enabled)
-                record_span("generation", "rl.test.gate_record", 1.0, 2.0)
+                record_span("generation", "rl.test.gate_record", 1.7e9, 1.7e9 + 1)
                 expected_records += "generation" in enabled
                 assert capture.span_names().count("rl.test.gate_record") == expected_records
         for group in groups:

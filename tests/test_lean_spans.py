@@ -82,7 +82,7 @@ def _program(user: trace.Tracer) -> None:
             with pytest.raises(ValueError), span(RL.REWARD, "rl.reward.compute"):
                 raise ValueError("bad reward")
         # Text over the store's length limit: the SDK truncates it, on either path.
-        record_span(RL.TRAINING, "rl.train.step", 1.0, 2.5, loss=0.25, note="x" * 40_000)
+        record_span(RL.TRAINING, "rl.train.step", 1.7e9, 1.7e9 + 1.5, loss=0.25, note="x" * 40_000)
     # A parent from another process (a carrier), sampled: the span joins its trace.
     with attach_trace_carrier({"traceparent": f"00-{0xFEED:032x}-{0xBEEF:016x}-01",
                                "tracestate": "vendor=1"}):

@@ -45,9 +45,10 @@ class TestRecordSpan:
         self, capture: Capture
     ) -> None:
         with step_span(1) as step:
-            record_span(RL.GENERATION, "rl.rollout.generate", 1000.25, 1002.75, prompts=8)
+            record_span(RL.GENERATION, "rl.rollout.generate", 1_700_000_000.5, 1_700_000_002.5, prompts=8)
         (recorded,) = [s for s in capture.spans() if s.name == "rl.rollout.generate"]
-        assert (recorded.start_time, recorded.end_time) == (1000_250_000_000, 1002_750_000_000)
+        expected = (1_700_000_000_500_000_000, 1_700_000_002_500_000_000)
+        assert (recorded.start_time, recorded.end_time) == expected
         assert recorded.parent is not None and recorded.parent.span_id == step.get_span_context().span_id
         assert recorded.attributes is not None
         assert recorded.attributes["rl.bucket"] == "productive"
@@ -66,6 +67,37 @@ class TestRecordSpan:
         with pytest.warns(RlsightWarning, match=r"not seconds since the epoch.*time\.time\(\)"):
             record_span(RL.GENERATION, "rl.rollout.generate", start, start + 2 * scale)
         assert capture.span_names() == []
+
+    @pytest.mark.parametrize("clock", [time.perf_counter, time.monotonic])
+    def test_times_of_a_clock_since_boot_are_skipped_with_a_warning(
+        self, capture: Capture, clock: object
+    ) -> None:
+        # They used to be recorded as a span in 1970: the report's run wall became half a
+        # million hours and its goodput 0%.
+        start = clock()  # type: ignore[operator]
+        with pytest.warns(RlsightWarning, match=r"not seconds since the epoch.*perf_counter"):
+            record_span(RL.GENERATION, "rl.rollout.generate", start, start + 1)
+        assert capture.span_names() == []
+
+    def test_a_phase_that_ended_seconds_ago_costs_no_other_span(self, run_dir: Path) -> None:
+        """The store judged its writer's lag by the end time of the oldest span waiting: a
+        span recorded with an end 5 s in the past read as a writer 5 s behind, and the spans
+        ending after it (the step's own) were dropped as ``lag``."""
+        from rlsight import TelemetryConfig, setup_telemetry, span
+
+        telemetry = setup_telemetry(TelemetryConfig(run_dir=str(run_dir)))
+        try:
+            with step_span(1):
+                now = time.time()
+                record_span(RL.REWARD, "rl.reward.score", now - 10, now - 5)
+                for _ in range(20):
+                    with span(RL.TRAINING, "rl.train.policy"):
+                        pass
+        finally:
+            report = telemetry.shutdown()
+        assert report.dropped == {}
+        names = sorted(s.name for s in read_spans(run_dir).spans)
+        assert names == ["rl.reward.score", "rl.step"] + ["rl.train.policy"] * 20
 
     def test_a_disabled_group_records_nothing(self) -> None:
         with capture_telemetry(span_groups=("per_step",)) as cap:

@@ -108,6 +108,10 @@ class BatchingSpanProcessor(SpanProcessor):
         #: changes once per batch taken, so most spans read its end time from here.
         self._head: object = None
         self._head_end_ns = 0
+        #: The span last appended to an empty queue, and the wall time it was: a span ended
+        #: with a time in the past (``record_span``) must not read as a writer seconds behind.
+        self._first: object = None
+        self._first_queued_ns = 0
         self._queue: collections.deque[ReadableSpan] = collections.deque()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -150,7 +154,7 @@ class BatchingSpanProcessor(SpanProcessor):
                 if head is self._head:  # the same head as for the last span: its end is known
                     oldest = self._head_end_ns
                 elif head is not None:
-                    oldest = self._head_end_ns = head.end_time or 0
+                    oldest = self._head_end_ns = self._queued_ns(head)
                     self._head = head
             behind = 0
             if oldest:
@@ -171,11 +175,18 @@ class BatchingSpanProcessor(SpanProcessor):
             return
         queue.append(span)
         size = len(queue)
+        if size == 1:
+            self._first, self._first_queued_ns = span, time.time_ns()
         # ``==`` for the early wake (once per batch, not a set() per span above it; two
         # threads appending between their length reads may step over it, then the full
         # batch below or the interval wakes the writer).
         if size == self._wake_at or size >= self._max_batch:
             self._wake.set()
+
+    def _queued_ns(self, span: Any) -> int:
+        """When ``span`` was queued: its end time, or later for one ended in the past."""
+        end: int = span.end_time or 0
+        return max(end, self._first_queued_ns) if span is self._first else end
 
     def _reserve(self, size: int) -> bool:
         """Count ``size`` bytes in, or count the span dropped (``too_large``/``queue_full``)."""
@@ -213,7 +224,7 @@ class BatchingSpanProcessor(SpanProcessor):
         oldest = self._in_flight_oldest_ns
         if not oldest:
             try:
-                oldest = self._queue[0].end_time or 0
+                oldest = self._queued_ns(self._queue[0])
             except IndexError:  # the export thread just took the last one
                 oldest = 0
         return oldest
@@ -281,7 +292,7 @@ class BatchingSpanProcessor(SpanProcessor):
             with self._count_lock:
                 batch = self._take_batch()
                 self._in_flight = len(batch)
-                self._in_flight_oldest_ns = (batch[0].end_time or 0) if batch else 0
+                self._in_flight_oldest_ns = self._queued_ns(batch[0]) if batch else 0
             error: Exception | None = None
             try:
                 ok = self._export(batch)

@@ -133,6 +133,10 @@ def span(group: str, name: str, /, **attributes: Any) -> SpanContextManager:
 
 #: Nanoseconds since the epoch are int64 in OTLP: seconds up to the year 2262.
 _LAST_EPOCH_S: Final = 2**63 / 1e9
+#: 2001-09-09: no run is older. ``time.perf_counter()`` and ``time.monotonic()`` values count
+#: seconds since boot, far below it; passed by mistake they drew a span in 1970 and a run
+#: wall of half a million hours.
+_FIRST_EPOCH_S: Final = 1e9
 
 
 def record_span(group: str, name: str, start: float, end: float, /, **attributes: Any) -> None:
@@ -147,7 +151,8 @@ def record_span(group: str, name: str, start: float, end: float, /, **attributes
         name: A literal, lowercase dotted name; ``rlsight check`` reads it from the source.
         start: When the work began, in seconds since the epoch (``time.time()``).
         end: When it ended, same clock; a span with ``end < start``, or with times that
-            cannot be seconds since the epoch (``time.time_ns()`` values), is skipped with one
+            cannot be seconds since the epoch (``time.time_ns()`` or ``time.perf_counter()``
+            values), is skipped with one
             warning per name, since it would corrupt the goodput rollup.
         **attributes: As for :func:`span`.
     """
@@ -164,12 +169,12 @@ def record_span(group: str, name: str, start: float, end: float, /, **attributes
             stacklevel=2,
         )
         return
-    if not (start >= 0 and end < _LAST_EPOCH_S):
+    if not (start >= _FIRST_EPOCH_S and end < _LAST_EPOCH_S):
         warn_once(
             f"record-span-range:{name}",
             f"rlsight: record_span({group!r}, {name!r}, start={start!r}, end={end!r}): the times "
-            "are not seconds since the epoch; pass time.time() values, not time.time_ns() or "
-            "milliseconds. The span is skipped",
+            "are not seconds since the epoch; pass time.time() values, not time.time_ns(), "
+            "milliseconds or time.perf_counter() / time.monotonic(). The span is skipped",
             stacklevel=2,
         )
         return

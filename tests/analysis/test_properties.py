@@ -10,6 +10,7 @@ import itertools
 import random
 from dataclasses import dataclass
 
+import numpy as np
 from _build import T0, RunBuilder, Span, ns
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,7 +19,7 @@ from rlsight.analysis import RunReport, analyze_spans
 from rlsight.analysis._steps import find_steps
 from rlsight.analysis._table import build_table
 from rlsight.analysis.columns import span_columns_from_records
-from rlsight.analysis.goodput import partition_timelines
+from rlsight.analysis.goodput import contributors, partition_timelines, step_buckets
 from rlsight.store._schema import SpanRecord
 
 BUCKETS = (None, "productive", "overhead", "idle", "wasted")
@@ -233,3 +234,26 @@ def test_fleet_ranks_take_the_best_bucket_of_their_timelines(case):
             best = max(present, key=PRIORITY.__getitem__) if present else "unattributed"
             expected[best] += hi - lo
         assert _buckets(rank.buckets) == expected
+
+
+@given(runs())
+@settings(max_examples=100, deadline=None)
+def test_contributors_of_all_steps_add_up_to_each_steps_own(case):
+    """The report asks for every step at once, the driver for one step at a time: per
+    (bucket, name) the totals add up and ``steps_present`` counts the steps it decided time
+    in; and each step's contributors add up to that step's buckets."""
+    steps, spans = case
+    table = build_table(span_columns_from_records(build(steps, spans).records()))
+    found = find_steps(table)
+    part = partition_timelines(table, found)
+    every = {(c.bucket, c.name): (c.attributed_ns, c.steps_present)
+             for c in contributors(table, part, found, top=None)}
+    added: dict[tuple[str, str], tuple[int, int]] = {}
+    for row, b in enumerate(step_buckets(part, found)):
+        own = contributors(table, part, found, top=None, rows=np.asarray([row]))
+        for bucket in ("productive", "overhead", "idle", "wasted"):
+            assert sum(c.attributed_ns for c in own if c.bucket == bucket) == b.get(bucket)
+        for c in own:
+            total, present = added.get((c.bucket, c.name), (0, 0))
+            added[(c.bucket, c.name)] = (total + c.attributed_ns, present + c.steps_present)
+    assert every == added

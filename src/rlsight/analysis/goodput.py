@@ -171,10 +171,12 @@ def combine_labels(
 
 def label_sums(cover: Cover, label: I64, groups: int) -> NDArray[np.int64]:
     """Nanoseconds per (group, bucket code), shape ``(groups, 4)``."""
-    out = np.zeros((groups, len(BUCKET_CODES)), dtype=np.int64)
+    codes = len(BUCKET_CODES)
+    out = np.zeros(groups * codes, dtype=np.int64)
     keep = label >= 0
-    np.add.at(out, (cover.group[keep], label[keep]), cover.length[keep])
-    return out
+    # One flat index: ``add.at`` with a tuple of index arrays is ~4x slower (numpy 2.4).
+    np.add.at(out, cover.group[keep] * codes + label[keep], cover.length[keep])
+    return out.reshape(groups, codes)
 
 
 def run_partition(

@@ -48,7 +48,6 @@ __all__ = ["ROW_FIELDS", "LiveSpans", "StepGoodput", "live_columns", "step_goodp
 
 _INT64_MIN: Final = -(1 << 63)
 _INT64_MAX: Final = (1 << 63) - 1
-_INT: Final = {int}
 #: How many spans' trace ids tell :func:`_trace_numbers` whether runs of one trace are long.
 _PROBE: Final = 256
 
@@ -135,7 +134,7 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
         concurrent = np.fromiter(map(is_, map(get, attrs, repeat(CONCURRENT, n)), repeat(True, n)),
                                  np.bool_, n)
     threads: list[Any] = list(map(get, attrs, repeat(THREAD_ID, n)))
-    if set(map(type, threads)) != _INT:  # a missing or non-int thread id: timeline 0
+    if not n or list(map(type, threads)).count(int) != n:  # a missing or non-int id: timeline 0
         threads = [t if type(t) is int else 0 for t in threads]
         thread = np.fromiter(threads, np.int64, n)
     elif threads.count(first := threads[0]) == n:  # one thread (a driver's usual case)

@@ -4,7 +4,7 @@ plain per-span reading gives, whatever odd values the attributes hold."""
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanContext
@@ -124,3 +124,25 @@ def test_trace_ids_beyond_128_bits_are_numbered_by_their_text():
                       now=1, resource={})
     text = [format(t, "032x") for t in ids]
     assert live_columns(spans).trace.tolist() == [sorted(set(text)).index(t) for t in text]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from([5, 5.0, 1, True, 0, False, 7, None, "5", 2**40]), min_size=1,
+                max_size=8))
+@example([5, 5.0]).via("an equal float")
+@example([1, True]).via("an equal bool")
+@example([0, False, 0]).via("an equal bool")
+def test_one_thread_id_repeated_is_read_as_ints_only(threads):
+    """Spans of one thread share its id; an equal float or bool among them is not an id."""
+    spans = LiveSpans([x for i, t in enumerate(threads)
+                       for x in (0, 1, 1, i + 1, 0, "a", {"thread.id": t})], now=1, resource={})
+    assert live_columns(spans).thread.tolist() == _reference(spans)["thread"]
+
+
+def test_more_than_256_span_names_are_numbered_alike():
+    names = [f"name.{i % 300}" for i in range(600)]
+    spans = LiveSpans([x for i, name in enumerate(names) for x in (0, 1, 1, i + 1, 0, name, {})],
+                      now=1, resource={})
+    cols = live_columns(spans)
+    assert [cols.names[i] for i in cols.name.tolist()] == names
+    assert cols.names == list(dict.fromkeys(names))

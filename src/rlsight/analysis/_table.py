@@ -160,8 +160,8 @@ class _IdIndex:
         every = np.arange(n)
         self._slots[slot] = every  # where ids share a slot, one of them keeps it
         holder = self._slots[slot]
-        spill = np.flatnonzero(holder != every)
-        self.spill = spill[np.argsort(span_id[spill], kind="stable")]
+        spill = (holder != every).nonzero()[0]
+        self.spill = spill[span_id[spill].argsort(kind="stable")]
         self.spill_ids = span_id[self.spill]
         # Copies of one id share a slot: all but one are spilled and equal to the holder, or
         # all are spilled (another id holds the slot) and sit side by side in the spill.
@@ -183,7 +183,7 @@ class _IdIndex:
         # that id's slot would not be empty.
         found = self._span_id[cand] == ids
         if len(self.spill):
-            miss = np.flatnonzero(~found)
+            miss = (~found).nonzero()[0]
             at = np.minimum(np.searchsorted(self.spill_ids, ids[miss]), len(self.spill) - 1)
             hit = self.spill_ids[at] == ids[miss]
             cand[miss] = np.where(hit, self.spill[at], -1)
@@ -204,7 +204,7 @@ def _find_parents(
     """
     n = len(span_id)
     parent = np.full(n, -1, dtype=np.int64)
-    has = np.flatnonzero(has_parent_id)
+    has = has_parent_id.nonzero()[0]
     if n == 0 or len(has) == 0:
         return parent, 0
     target = parent_id[has]

@@ -58,6 +58,9 @@ _OVERHEAD: Final = BUCKET_CODES["overhead"]
 _IDLE: Final = BUCKET_CODES["idle"]
 #: Priority of a superseded step window in the run partition: above every bucket.
 _SUPERSEDED: Final = len(BUCKET_CODES)
+#: Each bucket code's name, and its place in BUCKET_NAMES (the order contributors are listed in).
+_CODE_NAMES: Final = {code: name for name, code in BUCKET_CODES.items()}
+_NAME_ORDER: Final = {BUCKET_CODES[name]: i for i, name in enumerate(BUCKET_NAMES)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,13 +235,16 @@ def contributors(
         np.not_equal(pairs[1:], pairs[:-1], out=first[1:])
         present = np.bincount(pairs[first] // max(len(steps), 1), minlength=len(attributed))
         steps_present = dict(enumerate(present.tolist()))
+    # Buckets in BUCKET_NAMES order; in each, the most time first, ties by name (one sort).
+    ranked = sorted(nonzero, key=lambda k: (_NAME_ORDER[k // n_names], -totals[k],
+                                            names[k % n_names]))
     out: list[Contributor] = []
-    for bucket in BUCKET_NAMES:
-        base = BUCKET_CODES[bucket] * n_names
-        ranked = sorted((k for k in nonzero if base <= k < base + n_names),
-                        key=lambda k: (-totals[k], names[k - base]))
-        out.extend(Contributor(names[k - base], bucket, totals[k], steps_present[k])
-                   for k in ranked[:top])
+    kept = dict.fromkeys(BUCKET_NAMES, 0)
+    for k in ranked:
+        bucket = _CODE_NAMES[k // n_names]
+        if top is None or kept[bucket] < top:
+            kept[bucket] += 1
+            out.append(Contributor(names[k % n_names], bucket, totals[k], steps_present[k]))
     return out
 
 

@@ -124,7 +124,7 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
     else:
         name = np.fromiter(map(names.__getitem__, span_names), np.int64, n)
     step_no = np.full(n, NO_STEP, np.int64)
-    for i in np.flatnonzero(name == names.get(STEP_SPAN, -1)).tolist():
+    for i in (name == names.get(STEP_SPAN, -1)).nonzero()[0].tolist():
         number = attrs[i].get(STEP)
         # The store reads only an int64 (an OTLP intValue; a larger int is written as text).
         if type(number) is int and _INT64_MIN <= number <= _INT64_MAX:
@@ -270,7 +270,7 @@ def step_goodput(cols: SpanColumns, step_span_id: int) -> StepGoodput | None:
     """
     table = build_table(cols)
     steps = find_steps(table)
-    rows = np.flatnonzero(table.cols.span_id[steps.span] == np.uint64(step_span_id))
+    rows = (table.cols.span_id[steps.span] == np.uint64(step_span_id)).nonzero()[0]
     if not len(rows):
         return None
     row = int(rows[0])

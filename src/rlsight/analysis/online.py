@@ -294,8 +294,9 @@ def window_buckets(cols: SpanColumns, lo: int, hi: int) -> dict[str, int]:
     wall = hi - lo
     out = dict.fromkeys(("productive", "overhead", "idle", "wasted"), 0)
     if len(cols):
-        clipped = dataclasses.replace(cols, start=np.clip(cols.start, lo, hi),
-                                      end=np.clip(cols.end, lo, hi))
+        # np.clip, by two ufunc calls (np.clip's dispatch costs ~3x their work here).
+        clipped = dataclasses.replace(cols, start=np.minimum(np.maximum(cols.start, lo), hi),
+                                      end=np.minimum(np.maximum(cols.end, lo), hi))
         table = build_table(clipped)
         steps = find_steps(table)
         part, _ = charge_discards(table, partition_timelines(table, steps), steps)

@@ -52,10 +52,10 @@ def fleets(table: SpanTable, part: TimelinePartition, run: RunPartition) -> Flee
     multi = np.bincount(timeline_rank[busy_timelines], minlength=len(keys)) > 1
     direct = labelled & ~multi[seg_rank]
     codes = len(BUCKET_CODES)
-    sums = np.zeros(len(keys) * codes, dtype=np.int64)
+    flat = np.zeros(len(keys) * codes, dtype=np.int64)
     # One flat index: ``add.at`` with a tuple of index arrays is ~4x slower (numpy 2.4).
-    np.add.at(sums, seg_rank[direct] * codes + part.label[direct], seg.length[direct])
-    sums = sums.reshape(len(keys), codes)
+    np.add.at(flat, seg_rank[direct] * codes + part.label[direct], seg.length[direct])
+    sums = flat.reshape(len(keys), codes)
     overlay = labelled & multi[seg_rank]
     if overlay.any():
         ranks = np.flatnonzero(multi)

@@ -118,7 +118,9 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
         coded = bytes(map(codes.get, map(get, attrs, repeat(BUCKET, n)), repeat(0, n)))
     bucket = np.frombuffer(coded, np.int8) - np.int8(1)
     trace, traces = _trace_numbers(trace_ids, n)
-    names = {x: i for i, x in enumerate(dict.fromkeys(span_names))}
+    # Numbered in set order (a third of dict.fromkeys's cost): nothing reads the numbers'
+    # order, only which name each one is.
+    names = {x: i for i, x in enumerate(set(span_names))}
     if len(names) <= 256:
         name = np.frombuffer(bytes(map(names.__getitem__, span_names)), np.uint8).astype(np.int64)
     else:

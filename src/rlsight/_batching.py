@@ -108,10 +108,10 @@ class BatchingSpanProcessor(SpanProcessor):
         #: changes once per batch taken, so most spans read its end time from here.
         self._head: object = None
         self._head_end_ns = 0
-        #: The span last appended to an empty queue, and the wall time it was: a span ended
-        #: with a time in the past (``record_span``) must not read as a writer seconds behind.
-        self._first: object = None
-        self._first_queued_ns = 0
+        #: When the export thread last found the queue empty: every span queued now was queued
+        #: after it, so a span ended with a time in the past (``record_span``) does not read
+        #: as a writer seconds behind.
+        self._emptied_ns = time.time_ns()  # empty now
         self._queue: collections.deque[ReadableSpan] = collections.deque()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -175,8 +175,6 @@ class BatchingSpanProcessor(SpanProcessor):
             return
         queue.append(span)
         size = len(queue)
-        if size == 1:
-            self._first, self._first_queued_ns = span, time.time_ns()
         # ``==`` for the early wake (once per batch, not a set() per span above it; two
         # threads appending between their length reads may step over it, then the full
         # batch below or the interval wakes the writer).
@@ -184,9 +182,9 @@ class BatchingSpanProcessor(SpanProcessor):
             self._wake.set()
 
     def _queued_ns(self, span: Any) -> int:
-        """When ``span`` was queued: its end time, or later for one ended in the past."""
-        end: int = span.end_time or 0
-        return max(end, self._first_queued_ns) if span is self._first else end
+        """A lower bound of when ``span`` was queued: its end time, or when the queue was
+        last found empty, whichever is later (it was queued after both)."""
+        return max(span.end_time or 0, self._emptied_ns)
 
     def _reserve(self, size: int) -> bool:
         """Count ``size`` bytes in, or count the span dropped (``too_large``/``queue_full``)."""
@@ -277,7 +275,9 @@ class BatchingSpanProcessor(SpanProcessor):
             with self._export_lock:
                 if not self._drain_locked(deadline, batches=1):
                     return False
+                seen = time.time_ns()  # before the look: a span queued after it is later
                 if not self._queue:
+                    self._emptied_ns = seen
                     return True
 
     def _drain_locked(self, deadline: float | None, batches: int | None) -> bool:

@@ -62,6 +62,12 @@ class BatchingSpanProcessor(SpanProcessor):
             take the rest of its batch down with it (gRPC refuses messages over 4 MiB).
         max_queue_bytes: Queue bound in ``size_of`` bytes (``queue_full`` beyond it).
         max_batch_bytes: Largest batch in ``size_of`` bytes.
+        takes_rows: When set, called with an rlsight ``LeanStarter`` (once per starter and
+            set of processors): whether ``export`` (and ``prepare``) take that starter's plain
+            spans as rows, ``(start, end, trace id, span id, parent span id or 0, name,
+            attributes)``. A queued row holds no span object: the span is freed when its
+            block ends, not kept alive (and traversed by the garbage collector) until its
+            batch is written.
     """
 
     def __init__(
@@ -82,6 +88,7 @@ class BatchingSpanProcessor(SpanProcessor):
         size_of: Callable[[ReadableSpan], int] | None = None,
         max_queue_bytes: int = 64 * 2**20,
         max_batch_bytes: int = 2 * 2**20,
+        takes_rows: Callable[[Any], bool] | None = None,
     ) -> None:
         self.name = name
         self._export = export
@@ -98,6 +105,7 @@ class BatchingSpanProcessor(SpanProcessor):
         self._size_of = size_of
         self._max_queue_bytes = max_queue_bytes
         self._max_batch_bytes = max_batch_bytes
+        self._takes_rows = takes_rows
         self._bytes_lock = threading.Lock()
         #: ``size_of`` bytes queued now (0 without ``size_of``).
         self.queued_bytes = 0
@@ -134,6 +142,23 @@ class BatchingSpanProcessor(SpanProcessor):
     #: Its ``on_end`` may be handed the ended span itself (rlsight._lean): it only reads it.
     reads_span_in_place: Final = True
 
+    def lean_on_end(self, starter: Any) -> Callable[[Any], None] | None:
+        """What the spans of an rlsight ``LeanStarter`` end through (``rlsight._lean``):
+        :meth:`_lean_ended` when ``takes_rows`` accepts the starter, else ``None`` (``on_end``)."""
+        return self._lean_ended if self._takes_rows is not None and self._takes_rows(starter) else None
+
+    def _lean_ended(self, span: Any) -> None:
+        """``on_end`` for a LeanSpan: a plain one (a plain dict of attributes, see
+        ``rlsight._lean.LeanSpan``) is queued as its row of fields, which the export encodes
+        as it would the span; the span itself can go as soon as its block ends."""
+        attrs = span._attributes
+        if type(attrs) is dict:
+            context, parent = span._context, span._parent
+            self.on_end((span._start_time, span._end_time, context[0], context[1],  # type: ignore[arg-type]
+                         0 if parent is None else parent[1], span._name, attrs))
+        else:
+            self.on_end(span)
+
     def on_end(self, span: ReadableSpan) -> None:
         if self._stopped:
             self.dropped["after_shutdown"] += 1
@@ -158,10 +183,14 @@ class BatchingSpanProcessor(SpanProcessor):
                     self._head = head
             behind = 0
             if oldest:
-                try:  # the SDK's field behind ``end_time``, read without the property's call
-                    end = span._end_time
-                except AttributeError:
-                    end = span.end_time
+                item: Any = span
+                if type(item) is tuple:  # a row: its end time is its second field
+                    end = item[1]
+                else:
+                    try:  # the SDK's field behind ``end_time``, read without the property's call
+                        end = span._end_time
+                    except AttributeError:
+                        end = span.end_time
                 behind = (end or 0) - oldest
             if self._max_lag_ns is not None and behind > self._max_lag_ns:
                 self.dropped["lag"] += 1
@@ -183,10 +212,11 @@ class BatchingSpanProcessor(SpanProcessor):
         if size == self._wake_at or size >= self._max_batch:
             self._wake.set()
 
-    def _queued_ns(self, span: Any) -> int:
-        """When ``span`` was queued: its end time, or later for one ended in the past."""
-        end: int = span.end_time or 0
-        return max(end, self._first_queued_ns) if span is self._first else end
+    def _queued_ns(self, item: Any) -> int:
+        """When ``item`` (a span, a prepared span or a row) was queued: its end time, or later
+        for one ended in the past."""
+        end: int = ended_at(item)
+        return max(end, self._first_queued_ns) if item is self._first else end
 
     def _reserve(self, size: int) -> bool:
         """Count ``size`` bytes in, or count the span dropped (``too_large``/``queue_full``)."""
@@ -367,6 +397,11 @@ class BatchingSpanProcessor(SpanProcessor):
                 with self._bytes_lock:
                     self.queued_bytes = 0
         return done and not left
+
+
+def ended_at(item: Any) -> int:
+    """When a queued item (a span, a prepared span or a row) ended, in ns (0: unknown)."""
+    return (item[1] if type(item) is tuple else item.end_time) or 0
 
 
 #: What a queued span costs besides its attribute text: the SDK span object, its context,

@@ -185,7 +185,9 @@ class LeanStarter:
         limits = self._limits
         maxlen, max_text = limits.max_span_attributes, limits.max_span_attribute_length
         checked = self._plain_shared
-        if shared and checked.get(id(attributes)) is attributes:
+        if trace_state is not _NO_TRACE_STATE and trace_state:
+            plain = False  # a span with a trace state is never plain (see LeanSpan)
+        elif shared and checked.get(id(attributes)) is attributes:
             plain = True  # looked at already, and nothing changes it
         else:
             plain = maxlen is None or len(attributes) <= maxlen
@@ -208,7 +210,8 @@ class LeanStarter:
         except AttributeError:  # not the SDK's multi-processor: the one processor
             processors = None
         if processors is not self._seen:  # a tuple the SDK replaces when one is added
-            self._route = _route(processors if isinstance(processors, tuple) else (self._processor,))
+            self._route = _route(
+                processors if isinstance(processors, tuple) else (self._processor,), self)
             self._seen = processors
         route = self._route
         span = _new_object(LeanSpan)
@@ -239,12 +242,18 @@ class LeanSpan(_Span):
 
     Only :class:`LeanStarter` makes these (``object.__new__``, fields set as ``_Span``'s
     constructor would). Differences from ``_Span``, none visible through the span API or in
-    what processors and exporters read: ``_attributes`` is a plain dict until an attribute is
-    set (then the SDK's ``BoundedAttributes``, which cleans the new value as usual);
+    what processors and exporters read: ``_attributes`` is a plain dict while the span is
+    *plain* (then the SDK's ``BoundedAttributes``, which cleans a new value as usual);
     ``_events``/``_links`` are an empty tuple until the first one is added; its ``_lock`` is
     made on first use (an end without one is guarded by a module lock); the fields every
     span of its starter shares are read from ``_starter``; :meth:`start` and :meth:`end` call
     the starter's route (rlsight's processors) with the span itself.
+
+    Plain: its attributes were scalars within the limits, its context carries no trace state,
+    and nothing was set on it since (no attribute, status, event or link: the first such
+    call ends it). Its kind is INTERNAL (always), its status UNSET, it has no events, links
+    or dropped attributes, and its resource and scope are its starter's: a processor that
+    finds a plain dict in ``_attributes`` of an ended LeanSpan may rely on all of that.
     """
 
     _events: Any
@@ -253,7 +262,8 @@ class LeanSpan(_Span):
     _own_lock: threading.Lock | None
 
     def _bounded(self) -> None:
-        """Turn the attributes into the SDK's ``BoundedAttributes`` before the first set."""
+        """Turn the attributes into the SDK's ``BoundedAttributes`` before the first set (of
+        an attribute, the status, an event or a link): the span is no longer plain."""
         attrs = self._attributes
         if type(attrs) is dict and self._end_time is None:  # an ended span keeps it
             limits = self._limits
@@ -272,9 +282,15 @@ class LeanSpan(_Span):
             self._bounded()
         super().set_attribute(key, value)
 
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        with self._lock:
+            self._bounded()
+        super().set_status(status, description)
+
     def _add_event(self, event: Any) -> None:
         with self._lock:
             if self._end_time is None:
+                self._bounded()
                 if self._events is _NO_ITEMS:
                     self._events = BoundedList(self._limits.max_events)
                 self._events.append(event)
@@ -284,6 +300,7 @@ class LeanSpan(_Span):
     def _add_link(self, link: Any) -> None:
         with self._lock:
             if self._end_time is None:
+                self._bounded()
                 if self._links is _NO_ITEMS:
                     self._links = BoundedList(self._limits.max_links)
                 self._links.append(link)
@@ -374,8 +391,13 @@ def _span_lock(span: LeanSpan) -> threading.Lock:
 LeanSpan._lock = property(_span_lock)  # type: ignore[assignment]
 
 
-def _route(processors: Sequence[SpanProcessor]) -> Route:
-    """How a LeanSpan reaches ``processors``, in their order (see :data:`Route`)."""
+def _route(processors: Sequence[SpanProcessor], starter: LeanStarter) -> Route:
+    """How the spans of ``starter`` reach ``processors``, in their order (see :data:`Route`).
+
+    An own processor that defines ``lean_on_end(starter)`` may return another callable for
+    the spans of ``starter`` to end through (the store queues a plain span's fields, not the
+    span: see :class:`~rlsight._batching.BatchingSpanProcessor`); ``None`` keeps ``on_end``.
+    """
     starts: list[Callable[..., object]] = []
     ends: list[tuple[Callable[[Any], object], bool]] = []
     endings: list[Callable[[Any], object]] = []
@@ -390,7 +412,8 @@ def _route(processors: Sequence[SpanProcessor]) -> Route:
             endings.append(proc._on_ending)
             ends.append((proc.on_end, True))
         elif kind.on_end is not SpanProcessor.on_end:
-            ends.append((proc.on_end, False))
+            lean_on_end = getattr(proc, "lean_on_end", None)
+            ends.append(((lean_on_end and lean_on_end(starter)) or proc.on_end, False))
     if not endings:
         return tuple(starts), tuple(on_end for on_end, _ in ends), None
     return tuple(starts), (), (tuple(endings), tuple(ends))

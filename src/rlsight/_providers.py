@@ -214,7 +214,7 @@ class ProviderBuilder:
         from rlsight._batching import BatchingSpanProcessor
         from rlsight.store._exporters import LocalMetricExporter, span_writer
         from rlsight.store._sink import FileSink
-        from rlsight.store._span_codec import prepare_span
+        from rlsight.store._span_codec import StoreRows
 
         run_dir = self.config.run_path
         span_sink = FileSink(run_dir / "traces" / f"{stem}.jsonl")
@@ -230,11 +230,14 @@ class ProviderBuilder:
         self._span_sink = span_sink
         # Every 50 ms: the store promises an ended span reaches the kernel within 200 ms (a
         # SIGKILLed Ray actor runs no exit hook), and a busy machine can delay this thread.
+        # rlsight's own plain spans are queued as rows of their fields (see StoreRows).
+        rows = StoreRows()
         store = BatchingSpanProcessor(
-            span_writer(span_sink, ship_spans), name="store", interval_s=_STORE_INTERVAL_MS / 1000,
+            span_writer(span_sink, ship_spans, rows), name="store",
+            interval_s=_STORE_INTERVAL_MS / 1000,
             on_error=lambda exc: self.report_internal_error("store-write", exc),
-            max_lag_s=STORE_MAX_LAG_S, on_drops=self._on_drops, prepare=prepare_span,
-            wake_at=_STORE_WAKE_AT,
+            max_lag_s=STORE_MAX_LAG_S, on_drops=self._on_drops, prepare=rows.prepare,
+            wake_at=_STORE_WAKE_AT, takes_rows=rows.adopt,
         )
         self._processors.append(store)
         tp.add_span_processor(store)

@@ -25,8 +25,15 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanLimits
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags, TraceState
 from opentelemetry.trace.status import Status, StatusCode
 
-from rlsight._lean import LeanStarter
-from rlsight.store._span_codec import _CACHE_MAX, SpanCodec, encode_spans, prepare_span
+from rlsight._batching import BatchingSpanProcessor
+from rlsight._lean import LeanSpan, LeanStarter
+from rlsight.store._span_codec import (
+    _CACHE_MAX,
+    SpanCodec,
+    StoreRows,
+    encode_spans,
+    prepare_span,
+)
 
 Dumps = Callable[[object], bytes]
 
@@ -142,7 +149,10 @@ def _span(draw: st.DrawFn, tracers: Sequence[sdk_trace.Tracer]) -> ReadableSpan:
     tracer = draw(st.sampled_from(tracers))
     start = draw(_times)
     end = draw(st.one_of(st.none(), st.integers(min_value=start, max_value=2**63 - 1)))
-    attrs = draw(_attrs)
+    # Half the LeanSpans stay plain (scalars only, nothing set later): the store queues those
+    # of the starter it adopts as rows (rlsight._batching, StoreRows).
+    plain = how == "lean" and draw(st.booleans())
+    attrs = draw(st.dictionaries(_keys, _scalars, max_size=5) if plain else _attrs)
     parent = None
     if draw(st.booleans()):
         state = TraceState([("vendor", "v1")]) if draw(st.booleans()) else None
@@ -151,11 +161,12 @@ def _span(draw: st.DrawFn, tracers: Sequence[sdk_trace.Tracer]) -> ReadableSpan:
                              draw(st.one_of(st.sampled_from([1, 2, 2**63]), _ids)), is_remote=True,
                              trace_flags=TraceFlags(TraceFlags.SAMPLED), trace_state=state)
     links = [Link(SpanContext(draw(st.integers(1, 2**128 - 1)), draw(_ids), False), draw(_attrs))
-             for _ in range(draw(st.integers(0, 2)))]
-    events = [(draw(_text), draw(_attrs), draw(_times)) for _ in range(draw(st.integers(0, 2)))]
-    status = draw(st.sampled_from([None, Status(StatusCode.OK), Status(StatusCode.ERROR, "bad: é"),
-                                   Status(StatusCode.ERROR)]))
-    later = draw(_attrs)
+             for _ in range(0 if plain else draw(st.integers(0, 2)))]
+    events = [(draw(_text), draw(_attrs), draw(_times))
+              for _ in range(0 if plain else draw(st.integers(0, 2)))]
+    status = None if plain else draw(st.sampled_from(
+        [None, Status(StatusCode.OK), Status(StatusCode.ERROR, "bad: é"), Status(StatusCode.ERROR)]))
+    later = {} if plain else draw(_attrs)
     if how in ("readable", "renamed"):
         context = SpanContext(draw(st.integers(1, 2**128 - 1)), draw(_ids), False,
                               trace_state=parent.trace_state if parent else None)
@@ -176,7 +187,7 @@ def _span(draw: st.DrawFn, tracers: Sequence[sdk_trace.Tracer]) -> ReadableSpan:
 
             token = otel_context.attach(ctx)
         try:
-            span = LeanStarter(tracer).start(name, dict(attrs), start)
+            span = _starter(tracer).start(name, dict(attrs), start)
         finally:
             if token is not None:
                 otel_context.detach(token)
@@ -207,6 +218,30 @@ def _tracers() -> list[sdk_trace.Tracer]:
 
 
 _TRACERS = _tracers()
+#: One starter per tracer, as a provider has: the store takes one starter's spans as rows.
+_STARTERS: dict[int, LeanStarter] = {}
+
+
+def _starter(tracer: sdk_trace.Tracer) -> LeanStarter:
+    starter = _STARTERS.get(id(tracer))
+    if starter is None:
+        starter = _STARTERS[id(tracer)] = LeanStarter(tracer)
+    return starter
+
+
+def _queued(spans: Sequence[ReadableSpan], rows: StoreRows) -> list[Any]:
+    """What a store processor taking ``rows`` queues for ``spans``: a row for each plain
+    span of the starter it adopts (the first one offered), the span itself for any other."""
+    proc = BatchingSpanProcessor(lambda batch: True, name="t", interval_s=60,
+                                 takes_rows=rows.adopt)
+    try:
+        for span in spans:
+            lean_end = proc.lean_on_end(span._starter) if type(span) is LeanSpan else None
+            (lean_end or proc.on_end)(span)
+        return list(proc._queue)
+    finally:
+        proc._queue.clear()
+        proc.shutdown()
 
 
 class TestSameBytesAsTheMappings:
@@ -223,6 +258,62 @@ class TestSameBytesAsTheMappings:
     ) -> None:
         mixed = [prepare_span(s) if data.draw(st.booleans()) else s for s in spans]
         assert encode_spans(mixed) == _reference(spans, orjson.dumps)
+
+    @given(spans=st.lists(_span(_TRACERS), min_size=1, max_size=6), data=st.data())
+    @settings(max_examples=150, deadline=None)
+    def test_plain_lean_spans_queued_as_rows_encode_as_the_spans(
+        self, spans: list[ReadableSpan], data: st.DataObject
+    ) -> None:
+        rows = StoreRows()
+        queued = _queued(spans, rows)
+        assert rows.encode(queued) == _reference(spans, orjson.dumps)
+        assert SpanCodec(_stdlib).encode(queued, rows) == _reference(spans, _stdlib)
+        mixed = [rows.prepare(item) if data.draw(st.booleans()) else item for item in queued]
+        assert rows.encode(mixed) == _reference(spans, orjson.dumps)
+
+
+def test_only_plain_spans_of_the_adopted_starter_are_queued_as_rows() -> None:
+    """A row leaves out kind, status, trace state, events, links and the resource: only a
+    span with none of its own goes as one; a set attribute, status, event or link, a trace
+    state, or another starter's span keeps the span."""
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace
+
+    tracer, other = _TRACERS[0], _TRACERS[2]
+    starter = LeanStarter(tracer)
+    made: list[ReadableSpan] = []
+
+    def lean(name: str, change: Callable[[Any], object] = lambda s: None,
+             by: LeanStarter = starter) -> None:
+        span = by.start(name, {"k": 1}, 5)
+        assert span is not None
+        change(span)
+        span.end(9)
+        made.append(span)
+
+    lean("plain")
+    root = made[0]
+    token = otel_context.attach(trace.set_span_in_context(root))
+    try:
+        lean("plain child")
+    finally:
+        otel_context.detach(token)
+    lean("attribute", lambda s: s.set_attribute("k2", 2))
+    lean("status", lambda s: s.set_status(Status(StatusCode.ERROR, "bad")))
+    lean("event", lambda s: s.add_event("e"))
+    lean("link", lambda s: s.add_link(SpanContext(3, 4, False)))
+    lean("other starter", by=LeanStarter(other))
+    parent = SpanContext(0xFEED, 0xBEEF, is_remote=True, trace_flags=TraceFlags(1),
+                         trace_state=TraceState([("vendor", "v1")]))
+    token = otel_context.attach(trace.set_span_in_context(trace.NonRecordingSpan(parent)))
+    try:
+        lean("trace state")
+    finally:
+        otel_context.detach(token)
+    rows = StoreRows()
+    queued = _queued(made, rows)
+    assert [type(item) is tuple for item in queued] == [True, True] + [False] * 6
+    assert rows.encode(queued) == _reference(made, orjson.dumps)
 
 
 def test_values_equal_across_types_keep_their_own_type_through_the_cache() -> None:

@@ -21,7 +21,7 @@ from opentelemetry.sdk.metrics.export import (
 )
 
 from rlsight.store._otlp_json import encode_metrics
-from rlsight.store._span_codec import encode_spans
+from rlsight.store._span_codec import StoreRows, encode_spans
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
@@ -53,16 +53,19 @@ def delta_temporality() -> dict[type, AggregationTemporality]:
 Ship = Callable[[bytes, int], None]
 
 
-def span_writer(sink: Sink, ship: Ship | None = None) -> Callable[[Sequence[ReadableSpan]], bool]:
+def span_writer(sink: Sink, ship: Ship | None = None,
+                rows: StoreRows | None = None) -> Callable[[Sequence[ReadableSpan]], bool]:
     """An export function for :class:`~rlsight._batching.BatchingSpanProcessor`.
 
     ``ship``, when given, gets each line after the sink wrote it, so the local file is
-    written first whatever happens to the transport.
+    written first whatever happens to the transport. ``rows``: the processor's
+    ``takes_rows`` (batches may hold rows of its starter's plain spans).
     """
+    encode = encode_spans if rows is None else rows.encode
 
     def export(batch: Sequence[ReadableSpan]) -> bool:
         if batch:
-            line = encode_spans(batch)
+            line = encode(batch)
             sink.write(line, len(batch))
             if ship is not None:
                 ship(line, len(batch))

@@ -156,6 +156,25 @@ def sdk_span_mapping(span: ReadableSpan) -> dict[str, Any]:
     return out
 
 
+def row_mapping(row: tuple[Any, ...]) -> dict[str, Any]:
+    """The OTLP/JSON mapping of the plain span a store row holds (``_span_codec.StoreRows``):
+    what :func:`sdk_span_mapping` gives for that span."""
+    start_time, end_time, trace_id, span_id, parent_id, name, attrs = row
+    start = start_time or 0
+    out: dict[str, Any] = {
+        "traceId": format(trace_id, "032x"),
+        "spanId": format(span_id, "016x"),
+        "name": name,
+        "kind": 1,  # SDK INTERNAL=0; OTLP SPAN_KIND_INTERNAL=1
+        "startTimeUnixNano": str(start),
+        "endTimeUnixNano": str(end_time or start),
+        "attributes": key_values(attrs),
+    }
+    if parent_id:
+        out["parentSpanId"] = format(parent_id, "016x")
+    return out
+
+
 def add_events_and_links(
     out: dict[str, Any], events: Sequence[Any] | None, links: Sequence[Any] | None
 ) -> None:

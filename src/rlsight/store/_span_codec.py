@@ -16,7 +16,8 @@ compares the two on any attributes, events, links, status and text).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from opentelemetry.attributes import BoundedAttributes
@@ -32,6 +33,7 @@ from rlsight.store._otlp_json import (
     add_events_and_links,
     any_value,
     resource_mapping,
+    row_mapping,
     sdk_span_mapping,
     serializer,
 )
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import ReadableSpan
 
-__all__ = ["PreparedSpan", "SpanCodec", "encode_spans", "prepare_span"]
+__all__ = ["PreparedSpan", "Row", "SpanCodec", "StoreRows", "encode_spans", "prepare_span"]
 
 #: Takes one piece of a request.
 Append = Callable[[str], object]
@@ -63,6 +65,17 @@ _INTERNAL: Final = SpanKind.INTERNAL
 _UNSET: Final = StatusCode.UNSET
 
 
+#: A plain LeanSpan's fields, as the store queues them (``rlsight._batching``): start, end,
+#: trace id, span id, parent span id (0: a root), name, attributes (a plain dict).
+Row = tuple[int, int, int, int, int, str, dict[str, Any]]
+#: What a store batch holds: spans, rows of :class:`StoreRows`' starter, prepared spans.
+Item = Any
+
+
+def _scope_key(scope: Any) -> tuple[str, str]:
+    return (scope.name, scope.version or "") if scope is not None else ("", "")
+
+
 class PreparedSpan:
     """A span already encoded (its JSON object and a comma), with what grouping needs.
 
@@ -73,19 +86,61 @@ class PreparedSpan:
 
     __slots__ = ("end_time", "resource", "scope", "text")
 
-    def __init__(self, span: ReadableSpan) -> None:
-        self.end_time = span.end_time
-        self.resource = span.resource
-        scope = span.instrumentation_scope
-        self.scope = (scope.name, scope.version or "") if scope is not None else ("", "")
-        parts: list[str] = []
-        _codec().add_span(span, parts.append)
-        self.text = "".join(parts)
+    def __init__(self, end_time: int | None, resource: Resource, scope: tuple[str, str],
+                 text: str) -> None:
+        self.end_time = end_time
+        self.resource = resource
+        self.scope = scope
+        self.text = text
 
 
 def prepare_span(span: ReadableSpan) -> PreparedSpan:
     """``span`` encoded now, on the calling thread (see :class:`PreparedSpan`)."""
-    return PreparedSpan(span)
+    parts: list[str] = []
+    _codec().add_span(span, parts.append)
+    return PreparedSpan(span.end_time, span.resource, _scope_key(span.instrumentation_scope),
+                        "".join(parts))
+
+
+class StoreRows:
+    """The one ``LeanStarter`` (``rlsight._lean``) whose plain spans a store queues as rows.
+
+    A row holds a span's fields, not the span, so the span and its context are freed when
+    its block ends instead of staying alive (and walked by every garbage collection) until
+    the writer runs. What a row does not hold is what every plain span of one starter shares
+    (kind INTERNAL, status UNSET, no trace state, events or links, the starter's resource and
+    scope); this keeps the resource and scope, so a row is encoded byte for byte as its span
+    would be. The first starter offered is adopted; the spans of any other keep going as spans.
+    """
+
+    __slots__ = ("_lock", "_starter", "resource", "scope")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._starter: object = None
+        self.resource: Resource | None = None
+        self.scope: tuple[str, str] = ("", "")
+
+    def adopt(self, starter: Any) -> bool:
+        """Whether rows of ``starter``'s spans are encoded here (the first one offered)."""
+        with self._lock:
+            if self._starter is None:
+                self.resource, self.scope = starter._resource, _scope_key(starter._scope)
+                self._starter = starter
+            return self._starter is starter
+
+    def prepare(self, item: Item) -> PreparedSpan:
+        """A span or a row encoded now, on the calling thread (see :class:`PreparedSpan`)."""
+        if type(item) is not tuple:
+            return prepare_span(item)
+        assert self.resource is not None  # a row comes from the adopted starter
+        parts: list[str] = []
+        _codec().add_row(item, parts.append)
+        return PreparedSpan(item[1], self.resource, self.scope, "".join(parts))
+
+    def encode(self, items: Iterable[Item]) -> bytes:
+        """:func:`encode_spans` for a batch that may hold rows of the adopted starter."""
+        return _codec().encode(items, self)
 
 
 def encode_spans(spans: Iterable[ReadableSpan | PreparedSpan]) -> bytes:
@@ -121,18 +176,23 @@ class SpanCodec:
         self._by_fields: dict[type, bool] = {}
         #: id of a shared attribute dict (:mod:`rlsight._stamps`) -> it, its KeyValues' text.
         self._shared: dict[int, tuple[dict[str, Any], str]] = {}
-        self._add_span = self._span_adder()
+        self._add_span, self._add_row = self._span_adders()
 
     def add_span(self, span: ReadableSpan, append: Append) -> None:
         """Append ``span``'s JSON object and a comma to a request, in pieces."""
         self._add_span(span, append, self._reads_fields(type(span)))
 
+    def add_row(self, row: Row, append: Append) -> None:
+        """Append the JSON object (and a comma) of the plain span ``row`` holds (see
+        :class:`StoreRows`): what :meth:`add_span` appends for that span."""
+        self._add_row(row, append)
+
     def _text(self, obj: object) -> str:
         return self._serialize(obj).decode()
 
-    def encode(self, spans: Iterable[ReadableSpan | PreparedSpan]) -> bytes:
+    def encode(self, spans: Iterable[Item], rows: StoreRows | None = None) -> bytes:
         """One ``ExportTraceServiceRequest`` line: spans grouped by resource, then scope,
-        each in the order first seen."""
+        each in the order first seen. Rows (see :class:`StoreRows`) need ``rows``."""
         by_resource: dict[int, tuple[Resource, dict[tuple[str, str], list[str]]]] = {}
         # Spans of one batch nearly all share a resource and a scope: the group they go to
         # is looked up again only when either changes.
@@ -142,19 +202,23 @@ class SpanCodec:
         by_fields = False
         parts: list[str] = []
         append: Append = parts.append
-        add_span = self._add_span
+        add_span, add_row = self._add_span, self._add_row
         for span in spans:
             kind = type(span)
+            resource: Any
             scope: Any
-            if kind is PreparedSpan:
-                resource, scope = span.resource, span.scope  # type: ignore[union-attr]
+            if kind is tuple:
+                assert rows is not None, "a batch with rows is encoded with their StoreRows"
+                resource, scope = rows.resource, rows.scope
+            elif kind is PreparedSpan:
+                resource, scope = span.resource, span.scope
             else:
                 if kind is not last_kind:
                     last_kind, by_fields = kind, self._reads_fields(kind)
                 if by_fields:
-                    resource, scope = span._resource, span._instrumentation_scope  # type: ignore[union-attr]
+                    resource, scope = span._resource, span._instrumentation_scope
                 else:
-                    resource, scope = span.resource, span.instrumentation_scope  # type: ignore[union-attr]
+                    resource, scope = span.resource, span.instrumentation_scope
             if resource is not last_resource or scope is not last_scope or not parts:
                 if type(scope) is tuple:
                     key = scope
@@ -166,10 +230,12 @@ class SpanCodec:
                 parts = entry[1].setdefault(key, [])
                 append = parts.append
                 last_resource, last_scope = resource, scope
-            if kind is PreparedSpan:
-                append(span.text)  # type: ignore[union-attr]
+            if kind is tuple:
+                add_row(span, append)
+            elif kind is PreparedSpan:
+                append(span.text)
             else:
-                add_span(span, append, by_fields)  # type: ignore[arg-type]
+                add_span(span, append, by_fields)
         if not by_resource:
             return b'{"resourceSpans":[]}\n'
         out = ['{"resourceSpans":[']
@@ -215,9 +281,10 @@ class SpanCodec:
                 '{"scope":' + self._text({"name": name, "version": version}) + ',"spans":[')
         return head
 
-    def _span_adder(self) -> Callable[[ReadableSpan, Append, bool], None]:
-        """:meth:`add_span` for a span type that does or does not read from its fields: a
-        closure, whose caches are locals (cheaper to reach than attributes)."""
+    def _span_adders(self) -> tuple[Callable[[ReadableSpan, Append, bool], None],
+                                     Callable[[Row, Append], None]]:
+        """:meth:`add_span` (for a span type that does or does not read from its fields) and
+        :meth:`add_row`: closures, whose caches are locals (cheaper to reach than attributes)."""
         text = self._text
         names, trace_ids, parents, kvs = self._names, self._trace_ids, self._parents, self._kvs
         shared, stamped = self._shared, _stamps.BY_ID
@@ -226,6 +293,34 @@ class SpanCodec:
         # The UNSET status object spans share (the SDK's default argument, the LeanSpan
         # class's): once seen, one identity test instead of two property reads.
         unset_status: object = None
+
+        def add_key_values(attrs: Any, items: Mapping[str, Any], append: Append) -> None:
+            """Append the ``KeyValue``s of ``attrs`` (its plain mapping ``items``)."""
+            registered = stamped.get(id(attrs)) if type(attrs) is dict else None
+            # A shared dict's text is gathered to keep it; any other goes straight out.
+            if registered is attrs:
+                pieces: list[str] = []
+                add: Append = pieces.append
+            else:
+                add = append
+            which: Literal[1, 2] = 1  # hit[1]: the first KeyValue; hit[2]: the rest
+            # Unpacked, so the items iterator reuses its tuple: no allocation per value.
+            for key, value in items.items():
+                try:
+                    hit = (kvs.get(key) or _NO_VALUES).get(value)
+                except TypeError:  # an unhashable value (a list in a hand-made span)
+                    hit = None
+                if hit is None or hit[0] is not type(value):  # 1 == True == 1.0
+                    hit = key_value(key, value)
+                add(hit[which])
+                which = 2
+            if registered is attrs:
+                attrs_text = "".join(pieces)
+                append(attrs_text)
+                if len(shared) >= _CACHE_MAX:
+                    shared.clear()
+                # The entry holds the dict, so its id names no other meanwhile.
+                shared[id(attrs)] = (registered, attrs_text)
 
         def add_span(span: ReadableSpan, append: Append, by_fields: bool) -> None:
             nonlocal unset_status
@@ -263,36 +358,12 @@ class SpanCodec:
             )
             attrs: Any = span._attributes
             plain = type(attrs) is dict  # a LeanSpan's, until an attribute is set on it
-            # A dict many spans share (rlsight._stamps) is encoded once; the entry holds the
-            # dict, so its id names no other meanwhile.
+            # A dict many spans share (rlsight._stamps) is encoded once.
             memo = shared.get(id(attrs)) if plain else None
             if memo is not None and memo[0] is attrs:
                 append(memo[1])
             elif attrs:
-                registered = stamped.get(id(attrs)) if plain else None
-                # A shared dict's text is gathered to keep it; any other goes straight out.
-                if registered is attrs:
-                    pieces: list[str] = []
-                    add: Append = pieces.append
-                else:
-                    add = append
-                which: Literal[1, 2] = 1  # hit[1]: the first KeyValue; hit[2]: the rest
-                # Unpacked, so the items iterator reuses its tuple: no allocation per value.
-                for key, value in (attrs if plain else getattr(attrs, "_dict", attrs)).items():
-                    try:
-                        hit = (kvs.get(key) or _NO_VALUES).get(value)
-                    except TypeError:  # an unhashable value (a list in a hand-made span)
-                        hit = None
-                    if hit is None or hit[0] is not type(value):  # 1 == True == 1.0
-                        hit = key_value(key, value)
-                    add(hit[which])
-                    which = 2
-                if registered is attrs:
-                    attrs_text = "".join(pieces)
-                    append(attrs_text)
-                    if len(shared) >= _CACHE_MAX:
-                        shared.clear()
-                    shared[id(attrs)] = (registered, attrs_text)
+                add_key_values(attrs, attrs if plain else getattr(attrs, "_dict", attrs), append)
             # What is rare goes through the mapping: trace state, events, links, status, drops.
             status = span._status
             code = 0
@@ -324,7 +395,42 @@ class SpanCodec:
             head = "]," if parent is None else f'],"parentSpanId":"{parent[1]:016x}",'
             append(head + text(rest)[1:] + ",")
 
-        return add_span
+        def add_row(row: Row, append: Append) -> None:
+            # add_span's common case, for what a row leaves out: see StoreRows.
+            start, end, trace_id, span_id, parent_id, name, attrs = row
+            start = start or 0
+            end = end or start
+            trace_hex = trace_ids.get(trace_id)
+            try:
+                if type(start) is not int or type(end) is not int:
+                    raise OverflowError  # written as str() writes it, through the mapping
+                span_hex = span_id.to_bytes(8, "big").hex()
+                if trace_hex is None:
+                    trace_hex = (trace_id.to_bytes(16, "big").hex() if not parent_id
+                                 else trace_id_of(trace_id))
+            except OverflowError:
+                append(text(row_mapping(row)) + ",")
+                return
+            encoded_name = names.get(name)
+            if encoded_name is None:
+                encoded_name = name_of(name)
+            append(
+                f'{{"traceId":"{trace_hex}","spanId":"{span_hex}","name":{encoded_name},'
+                f'"kind":1,"startTimeUnixNano":"{start}","endTimeUnixNano":"{end}",'
+                '"attributes":['
+            )
+            memo = shared.get(id(attrs))
+            if memo is not None and memo[0] is attrs:
+                append(memo[1])
+            elif attrs:
+                add_key_values(attrs, attrs, append)
+            if not parent_id:
+                append("]},")
+            else:
+                tail = parents.get(parent_id)
+                append(tail if tail is not None else parent_of(parent_id))
+
+        return add_span, add_row
 
     def _name(self, name: str) -> str:
         if len(self._names) >= _CACHE_MAX:

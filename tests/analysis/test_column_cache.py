@@ -85,6 +85,9 @@ def test_an_appended_file_parses_only_what_was_appended(
     assert len(parses) == 1  # the new line; the rest came from the cache
     assert cached == _read(run_dir, cache=False)
     assert cached["spans"] == 4
+    parses.clear()
+    assert _read(run_dir) == cached
+    assert parses == []  # the entry was extended to the new line
 
 
 def test_a_truncated_last_line_is_read_again_once_it_is_complete(run: RunBuilder, run_dir: Path) -> None:
@@ -197,3 +200,37 @@ def test_any_history_of_a_file_reads_the_same_cached_and_uncached(
 def _append(path: Path, text: str) -> None:
     with path.open("a") as fh:
         fh.write(text)
+
+
+def test_a_worker_saves_the_entry_of_a_file_it_reads_as_this_process_would(run_dir: Path) -> None:
+    """Each process of a shared read saves the entries of the files it read: the worker (its
+    ``rlsight`` entered bare) writes the entry this process writes for the same job."""
+    from rlsight.analysis._read import _plan, _run_job, collect_worker, start_worker
+
+    path = sorted((run_dir / "traces").glob("policy-*.jsonl"))[0]
+    job = _plan(run_dir, path, True)[3]
+    assert job is not None and job.save is not None
+    worker = start_worker(_run_job, job)
+    assert worker is not None and collect_worker(worker) is not None
+    theirs = _cache.load_entry(run_dir, path)
+    _cache.entry_path(run_dir, path).unlink()
+    _run_job(job)
+    ours = _cache.load_entry(run_dir, path)
+    assert theirs is not None and ours is not None
+    assert (theirs.covered, theirs.lines, theirs.crc, theirs.stat, theirs.skipped) == (
+        ours.covered, ours.lines, ours.crc, ours.stat, ours.skipped)
+    for name in _cache._ARRAYS:
+        assert getattr(theirs.cols, name).tobytes() == getattr(ours.cols, name).tobytes(), name
+    assert (theirs.cols.names, theirs.cols.kept_attributes) == (ours.cols.names, ours.cols.kept_attributes)
+    _assert_same_as_uncached(run_dir)
+
+
+def test_a_cold_read_leaves_an_entry_for_every_file(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_cache, "SETTLED_NS", 0)
+    read_span_columns(run_dir, workers=2)
+    files = sorted(p.name for p in (run_dir / "traces").glob("*.jsonl"))
+    assert sorted(p.name.removesuffix(".cols") for p in (run_dir / _cache.CACHE_DIR).glob("*.cols")) == files
+    parses = _counting_parses(monkeypatch)
+    cached = _read(run_dir)
+    assert parses == []
+    assert cached == _read(run_dir, cache=False)

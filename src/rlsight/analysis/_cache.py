@@ -152,11 +152,12 @@ def load_entry(run_dir: Path, trace_file: Path) -> CachedFile | None:
         return None  # JSONDecodeError and UnicodeDecodeError are ValueErrors
 
 
-def save_entry(run_dir: Path, trace_file: Path, entry: CachedFile) -> None:
-    """Write ``entry`` atomically; a folder that cannot be written to gets no cache."""
+def save_entry(run_dir: Path, trace_file: Path, entry: CachedFile, code: str | None = None) -> None:
+    """Write ``entry`` atomically (``code``: :func:`fingerprint`, given by a process that
+    cannot compute it); a folder that cannot be written to gets no cache."""
     cols = entry.cols
     meta = {
-        "fingerprint": fingerprint(), "file": trace_file.name, "covered": entry.covered,
+        "fingerprint": code or fingerprint(), "file": trace_file.name, "covered": entry.covered,
         "lines": entry.lines, "crc": entry.crc, "stat": list(entry.stat), "settled": entry.settled,
         "names": cols.names, "groups": cols.groups, "traces": cols.traces,
         "resources": cols.resources, "process_keys": cols.process_keys,
@@ -194,6 +195,6 @@ def save_entry(run_dir: Path, trace_file: Path, entry: CachedFile) -> None:
             tmp.unlink(missing_ok=True)
 
 
-def settled(st: os.stat_result) -> bool:
-    """Whether a file with stat ``st`` has not been written for :data:`SETTLED_NS`."""
-    return time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > SETTLED_NS
+def settled(stat: tuple[int, int, int, int, int]) -> bool:
+    """Whether a file with :func:`stat_key` ``stat`` has not been written for :data:`SETTLED_NS`."""
+    return time.time_ns() - max(stat[3], stat[4]) > SETTLED_NS

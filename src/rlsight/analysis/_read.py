@@ -39,15 +39,29 @@ __all__ = [
 ]
 
 @dataclass(frozen=True, slots=True)
+class _Save:
+    """Where a job that reads a whole file keeps its columns: the run's cache, the file's
+    stat key as planned, and the code's fingerprint (which a worker, its ``rlsight`` entered
+    bare, cannot compute)."""
+
+    run_dir: Path
+    stat: tuple[int, int, int, int, int]
+    fingerprint: str
+
+
+@dataclass(frozen=True, slots=True)
 class _Job:
     """Bytes [start, stop) of a trace file to parse; ``start`` follows line ``line``, and
-    ``crc`` is the CRC-32 of the bytes before ``start``."""
+    ``crc`` is the CRC-32 of the bytes before ``start``. With ``save``, the job writes the
+    cache entry of the file's complete lines itself, so that each process of a shared read
+    saves the files it read."""
 
     path: Path
     start: int
     stop: int
     line: int
     crc: int
+    save: _Save | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +119,10 @@ def _run_job(job: _Job) -> _Parsed:
         tail, tail_skipped = _read_range(job.path, end, job.stop, LineCursor(lines))
     else:
         tail, tail_skipped = empty, []
+    if job.save is not None and end > job.start:
+        save, stat = job.save, job.save.stat
+        _cache.save_entry(save.run_dir, job.path, _cache.CachedFile(
+            body, body_skipped, end, lines, crc, stat, _cache.settled(stat)), save.fingerprint)
     return _Parsed(body, body_skipped, end, lines, crc, tail, tail_skipped)
 
 
@@ -150,11 +168,11 @@ def read_span_columns(
         done = parsed[job]
         parts += [done.body, done.tail]
         skipped += done.body_skipped + done.tail_skipped
-        if cache and st is not None and done.end > job.start:
-            covered = concat_columns([entry.cols, done.body]) if entry is not None else done.body
+        if entry is not None and st is not None and done.end > job.start:  # (else the job saved)
+            stat = _cache.stat_key(st)
             _cache.save_entry(run_dir, path, _cache.CachedFile(
-                covered, [*(entry.skipped if entry else ()), *done.body_skipped], done.end,
-                done.lines, done.crc, _cache.stat_key(st), _cache.settled(st)))
+                concat_columns([entry.cols, done.body]), [*entry.skipped, *done.body_skipped],
+                done.end, done.lines, done.crc, stat, _cache.settled(stat)))
     return concat_columns(parts), skipped, len(files)
 
 
@@ -170,7 +188,8 @@ def _plan(
     if entry is not None and not _usable(path, st, entry):
         entry = None
     if entry is None:
-        return path, st, None, _Job(path, 0, st.st_size, 0, 0)
+        save = _Save(run_dir, _cache.stat_key(st), _cache.fingerprint()) if cache else None
+        return path, st, None, _Job(path, 0, st.st_size, 0, 0, save)
     if entry.covered == st.st_size:
         return path, st, entry, None
     return path, st, entry, _Job(path, entry.covered, st.st_size, entry.lines, entry.crc)

@@ -31,7 +31,7 @@ from rlsight.buckets import BUCKET_OVERRIDE, PER_PROMPT, Bucket
 from rlsight.errors import warn_once
 from rlsight.groups import GATE, RL
 
-__all__ = ["NOOP", "LiveSpan", "NoopSpan", "clean_attributes"]
+__all__ = ["NOOP", "LiveSpan", "NoopSpan", "clean_attributes", "describe", "scrubbed_exception"]
 
 _SCALARS: Final = (str, bool, int, float)
 _INVALID: Final = _trace.INVALID_SPAN
@@ -96,7 +96,7 @@ def _scalar_item(value: Any) -> str | bool | int | float | None:
     return item if isinstance(item, _SCALARS) else None
 
 
-def _scrubbed_exception(exc: BaseException) -> dict[str, str]:
+def scrubbed_exception(exc: BaseException) -> dict[str, str]:
     """The message and stack trace OTel would record, with secrets scrubbed (``scrub``)."""
     import traceback
 
@@ -106,7 +106,7 @@ def _scrubbed_exception(exc: BaseException) -> dict[str, str]:
     }
 
 
-def _describe(exc: BaseException) -> str:
+def describe(exc: BaseException) -> str:
     """``"Type: message"``, or just the type when the message itself cannot be built."""
     try:
         return f"{type(exc).__name__}: {exc}"
@@ -275,8 +275,8 @@ class LiveSpan(AsyncFromSync):
                 # The exception's own __str__ may raise; that must not replace the user's
                 # exception, and the status below still names its type.
                 with contextlib.suppress(Exception):
-                    span.record_exception(exc, attributes=_scrubbed_exception(exc))
-                span.set_status(Status(StatusCode.ERROR, scrub(_describe(exc))))
+                    span.record_exception(exc, attributes=scrubbed_exception(exc))
+                span.set_status(Status(StatusCode.ERROR, scrub(describe(exc))))
         finally:
             rt = _runtime._ACTIVE
             span.end(None if rt is None or rt.clock is None else rt.clock())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import threading
@@ -17,7 +18,7 @@ from fastapi import FastAPI
 from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from opentelemetry.instrumentation.requests import RequestsInstrumentor
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, StatusCode
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -186,6 +187,32 @@ def test_a_secret_in_the_query_string_stays_out_of_both_spans(
     assert [t for t in texts if secret in t] == []
     for s in http:
         assert "api_key=<redacted>&n=1" in str((s.attributes or {}).get("http.url")), s.attributes
+
+
+@pytest.mark.parametrize("client", sorted(CLIENTS))
+def test_a_secret_in_a_failed_requests_url_stays_out_of_its_span(traced_clients: None, client: str) -> None:
+    """A request that fails: its error message may name the URL (requests: "Max retries
+    exceeded with url: /score?api_key=..."), and the exception event and the status
+    description must not keep the key."""
+    secret = "sk-" + "e5f6a7b8" * 3
+    with capture_telemetry() as cap:
+        with pytest.raises(Exception) as raised:  # each client raises its own error
+            CLIENTS[client](f"http://127.0.0.1:{_closed_port()}/score?api_key={secret}")
+        http = [s for s in cap.spans() if s.kind is SpanKind.CLIENT]
+    assert len(http) == 1
+    (failed,) = http
+    assert failed.status.status_code is StatusCode.ERROR
+    texts = [str(failed.status.description)]
+    texts += [str(v) for e in failed.events for v in (e.attributes or {}).values()]
+    texts += [str(v) for v in (failed.attributes or {}).values()]
+    assert [t for t in texts if secret in t] == [], f"{raised.value!r} left in {texts}"
+
+
+def _closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (bound, then closed)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def test_the_asgi_server_span_opens_no_per_message_spans(fastapi_url: str, traced_clients: None) -> None:

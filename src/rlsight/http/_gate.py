@@ -18,12 +18,22 @@ from typing import Any, Final
 
 from opentelemetry import trace as _trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanKind, Tracer, TracerProvider
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    Span,
+    SpanKind,
+    Status,
+    StatusCode,
+    Tracer,
+    TracerProvider,
+)
 from opentelemetry.util.types import Attributes
 
 from rlsight import runtime as _runtime
 from rlsight._redact import scrub
 from rlsight._semconv import SPAN_GROUP, THREAD_ID
+from rlsight._span_manager import describe, scrubbed_exception
 from rlsight.groups import GATE, RL
 
 __all__ = ["PROVIDER", "needs_extra", "scrub_url_hook"]
@@ -51,13 +61,13 @@ class _GatedTracer(Tracer):
         telemetry = _runtime._ACTIVE
         if telemetry is None or _PER_PROMPT not in GATE.enabled:
             return NonRecordingSpan(_trace.get_current_span(context).get_span_context())
-        attrs: dict[str, Any] = dict(attributes) if attributes else {}
-        for key in _URL_KEYS.intersection(attrs):
-            if isinstance(attrs[key], str):
-                attrs[key] = scrub(attrs[key])
-        attrs[SPAN_GROUP] = _PER_PROMPT
-        attrs[THREAD_ID] = threading.get_native_id()
         try:
+            attrs: dict[str, Any] = dict(attributes) if attributes else {}
+            for key in _URL_KEYS.intersection(attrs):
+                if isinstance(attrs[key], str):
+                    attrs[key] = scrub(attrs[key])
+            attrs[SPAN_GROUP] = _PER_PROMPT
+            attrs[THREAD_ID] = threading.get_native_id()
             return telemetry.tracer.start_span(
                 name, context, kind, attrs, links, start_time, record_exception, set_status_on_exception
             )
@@ -81,13 +91,32 @@ class _GatedTracer(Tracer):
         span = self.start_span(
             name, context, kind, attributes, links, start_time, record_exception, set_status_on_exception
         )
+        # use_span would record ``str(exc)`` as it is, and a failed request's message names its
+        # URL (requests: "Max retries exceeded with url: /score?api_key=..."): recorded here,
+        # scrubbed, instead.
         with _trace.use_span(
-            span,
-            end_on_exit=end_on_exit,
-            record_exception=record_exception,
-            set_status_on_exception=set_status_on_exception,
+            span, end_on_exit=end_on_exit, record_exception=False, set_status_on_exception=False
         ) as current:
-            yield current
+            try:
+                yield current
+            except Exception as exc:
+                _record_scrubbed(current, exc, record_exception, set_status_on_exception)
+                raise
+
+
+def _record_scrubbed(span: Span, exc: Exception, record: bool, set_status: bool) -> None:
+    """What ``use_span`` records of an exception leaving the span, with secrets scrubbed."""
+    try:
+        if not span.is_recording():
+            return
+        if record:
+            span.record_exception(exc, attributes=scrubbed_exception(exc))
+        if set_status:
+            span.set_status(Status(StatusCode.ERROR, scrub(describe(exc))))
+    except Exception as error:  # telemetry never kills the run: the request's own error goes on
+        telemetry = _runtime._ACTIVE
+        if telemetry is not None:
+            telemetry.report_internal_error("http-span-exception", error)
 
 
 def scrub_url_hook(span: Span, *_: Any) -> None:

@@ -475,6 +475,29 @@ def test_setup_failing_on_a_missing_exporter_extra_leaves_no_files_or_threads(
     assert active_runtime() is None
 
 
+def test_an_exporter_built_before_another_fails_is_shut_down(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The protocol is per signal: spans over http/protobuf, metrics over grpc without the
+    grpc extra. The span exporter, already built, is shut down with the failed setup."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.grpc.metric_exporter", None)
+    shut: list[object] = []
+    real_shutdown = OTLPSpanExporter.shutdown
+
+    def shutdown(self: OTLPSpanExporter) -> None:
+        shut.append(self)
+        real_shutdown(self)
+
+    monkeypatch.setattr(OTLPSpanExporter, "shutdown", shutdown)
+    with pytest.raises(ConfigError, match=r"rlsight\[grpc\]"):
+        setup_telemetry(TelemetryConfig(run_dir=str(tmp_path / "run"), otlp_protocol="http/protobuf",
+                                        otlp_metrics_protocol="grpc",
+                                        otlp_endpoint="http://127.0.0.1:4318"))
+    assert len(shut) == 1
+    assert active_runtime() is None
+
+
 class TestManifestOwner:
     """A second process calling setup_telemetry on a live driver's run keeps its manifest."""
 

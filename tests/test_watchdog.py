@@ -107,6 +107,29 @@ def test_teardown_after_the_job_span_ended_is_never_a_stall(run_dir: Path) -> No
     assert not (run_dir / "stalls").exists()
 
 
+def test_a_second_job_is_judged_again(run_dir: Path) -> None:
+    """A sweep or a notebook opens ``rl.job`` twice under one setup: the second job's hang is
+    a stall, though the first job's end stopped the judging for its teardown."""
+    fired: list[StallRecord] = []
+    setup_telemetry(_config(run_dir, stall_after_s=0.2), on_stall=fired.append)
+    try:
+        with job_span():
+            with step_span(0):
+                pass
+        time.sleep(0.5)  # the first job's teardown, then the second job's startup: never judged
+        assert fired == []
+        with job_span():
+            with step_span(0):
+                pass
+            with step_span(1):
+                deadline = time.monotonic() + 10
+                while not fired and time.monotonic() < deadline:
+                    time.sleep(0.05)
+    finally:
+        shutdown_telemetry()
+    assert len(fired) == 1
+
+
 def test_a_failing_hook_is_logged_and_the_run_goes_on(run_dir: Path, caplog) -> None:
     def hook(record: StallRecord) -> None:
         raise RuntimeError("pager down")

@@ -7,6 +7,7 @@ thread.
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from rlsight.errors import ConfigError, warn_once
@@ -24,13 +25,18 @@ def otlp_exporters(config: TelemetryConfig) -> tuple[Any, Any]:
     timeout_s = max(1.0, min(10.0, config.shutdown_timeout_ms / 1000))
     traces = config.otlp_signal_endpoint("traces")
     metrics = config.otlp_signal_endpoint("metrics")
-    return (
-        None if traces is None else _otlp_exporter(
-            "traces", config.otlp_signal_protocol("traces"), traces, timeout_s),
-        None if metrics is None else _otlp_exporter(
+    span_exporter = None if traces is None else _otlp_exporter(
+        "traces", config.otlp_signal_protocol("traces"), traces, timeout_s)
+    try:
+        metric_exporter = None if metrics is None else _otlp_exporter(
             "metrics", config.otlp_signal_protocol("metrics"), metrics, timeout_s,
-            preferred_temporality=delta_temporality()),
-    )
+            preferred_temporality=delta_temporality())
+    except BaseException:  # the protocol is per signal: grpc may be missing for metrics only
+        if span_exporter is not None:
+            with contextlib.suppress(Exception):
+                span_exporter.shutdown()
+        raise
+    return span_exporter, metric_exporter
 
 
 def _otlp_exporter(

@@ -145,15 +145,16 @@ class ProviderBuilder:
                 exporters = otlp_exporters(self.config)
                 if self.config.local_store:
                     readers.append(self._build_local_store(tp, stem))
+                otlp_reader = self._build_otlp(tp, *exporters)
             except BaseException:
                 for exporter in exporters:
                     if exporter is not None:
-                        exporter.shutdown()
+                        with contextlib.suppress(Exception):  # the setup error is the one to see
+                            exporter.shutdown()
                 if self._prometheus is not None:
                     self._prometheus.close()
                     self._prometheus = None
                 raise
-            otlp_reader = self._build_otlp(tp, *exporters)
             if otlp_reader is not None:
                 self._otlp_metric_reader = otlp_reader
                 readers.append(otlp_reader)

@@ -102,6 +102,13 @@ class _Progress:
             self.durations.append(seconds)
             self.last_progress = time.monotonic()
 
+    def job_started(self) -> None:
+        """A new ``rl.job``: judged again from its first step on (its startup never is)."""
+        with self.lock:
+            if self.job_over:
+                self.job_over = False
+                self.last_progress = None
+
     def job_ended(self) -> None:
         with self.lock:
             self.job_over = True

@@ -139,8 +139,8 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
         kept.update((i, dict(a)) for i, a in enumerate(attrs) if GROUP_ID in a)
     concurrent = np.zeros(n, np.bool_)
     if any(map(dict.__contains__, attrs, repeat(CONCURRENT, n))):
-        concurrent = np.frombuffer(
-            bytes(map(is_, map(get, attrs, repeat(CONCURRENT, n)), repeat(True, n))), np.bool_)
+        concurrent = np.frombuffer(  # a bytearray: writable, as the store reader's columns are
+            bytearray(map(is_, map(get, attrs, repeat(CONCURRENT, n)), repeat(True, n))), np.bool_)
     threads: list[Any] = list(map(get, attrs, repeat(THREAD_ID, n)))
     first = threads[0] if n else None
     if (type(first) is int and first not in (0, 1) and threads.count(first) == n

@@ -70,3 +70,28 @@ def test_the_wake_mark_hands_a_batch_over_before_the_interval() -> None:
     assert exported.wait(5), "the eighth ended span did not wake the writer"
     assert batches == [8]
     assert proc.shutdown(5000)
+
+
+def test_a_span_ended_in_the_past_behind_a_batch_taken_whole_is_no_lag() -> None:
+    """A batch that takes the whole queue moves the lower bound of when later spans were
+    queued, as finding the queue empty does: a span ended seconds ago (``record_span``)
+    queued after it is not read as a writer seconds behind, and the spans ending after it
+    are kept. The writer's own drain never found the queue empty here (a producer flat out
+    keeps it non-empty between batches), so the bound was still the processor's start."""
+    import time
+
+    proc = BatchingSpanProcessor(lambda batch: True, name="t", interval_s=60, max_lag_s=1.0)
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(proc)
+    tracer = provider.get_tracer("t")
+    time.sleep(1.2)  # longer than max_lag_s since the queue was last found empty
+    with tracer.start_as_current_span("first"):
+        pass
+    with proc._export_lock:
+        proc._drain_locked(None, batches=1)  # one batch, as a writer between producers takes it
+    now = time.time_ns()
+    tracer.start_span("recorded", start_time=now - 10**10).end(end_time=now - 5 * 10**9)
+    with tracer.start_as_current_span("after"):
+        pass
+    assert dict(proc.dropped) == {}
+    assert proc.shutdown(5000)

@@ -47,13 +47,15 @@ class BatchingSpanProcessor(SpanProcessor):
         on_error: Called (on the export thread) with an exception ``export`` raised.
         close: Releases the exporter (its HTTP session or gRPC channel) at shutdown, within
             what is left of the budget.
-        max_lag_s: When set, a span that ends while the oldest span not yet exported ended
-            more than this long ago is dropped and counted (``lag``): an exporter that cannot
+        max_lag_s: When set, a span that ends while the oldest span not yet exported was
+            queued more than this long ago is dropped and counted (``lag``; when it was queued
+            is bounded below by its end and by the last time the queue was empty, so a span
+            ended in the past by ``record_span`` reads as new): an exporter that cannot
             keep up costs spans, never seconds of them held in memory.
         on_drops: Called on the export thread after a drain in which the drop counts grew
             (to warn once and to get the counts recorded while the run goes).
-        prepare: When set, and the oldest span not yet exported ended over ``help_after_s``
-            ago, ``on_end`` queues ``prepare(span)`` instead of the span: the app thread does
+        prepare: When set, and the oldest span not yet exported was queued over
+            ``help_after_s`` ago, ``on_end`` queues ``prepare(span)`` instead of the span: the app thread does
             the costly conversion so one export thread keeps up with many app threads.
             ``export`` then receives a mix of spans and prepared items.
         help_after_s: How far behind the export thread must be before app threads help.
@@ -172,7 +174,7 @@ class BatchingSpanProcessor(SpanProcessor):
             self.dropped["queue_full"] += 1
             return
         if self._watch_lag:
-            # How long ago the oldest span not yet exported ended (0 when none is waiting):
+            # When the oldest span not yet exported was queued (0 when none is waiting):
             # oldest_waiting_ns(), inlined (this runs on every ended span).
             oldest = self._in_flight_oldest_ns
             if not oldest and queue:
@@ -247,7 +249,8 @@ class BatchingSpanProcessor(SpanProcessor):
         return self._in_flight
 
     def oldest_waiting_ns(self) -> int:
-        """End time of the oldest span not yet exported, in flight or queued (0: none).
+        """When the oldest span not yet exported, in flight or queued, was queued (a lower
+        bound, see :meth:`_queued_ns`; 0: none).
 
         How far behind the export thread is, as :meth:`on_end` judges it (which inlines this
         on every span) and as ``benchmarks/bench_load.py`` samples it.
@@ -323,9 +326,12 @@ class BatchingSpanProcessor(SpanProcessor):
             if deadline is not None and time.monotonic() >= deadline:
                 return False
             with self._count_lock:
+                seen = time.time_ns()  # before the take: a span still queued after it is later
                 batch = self._take_batch()
                 self._in_flight = len(batch)
                 self._in_flight_oldest_ns = self._queued_ns(batch[0]) if batch else 0
+                if not self._queue:  # taken whole: what is queued from now on came after ``seen``
+                    self._emptied_ns = seen
             error: Exception | None = None
             try:
                 ok = self._export(batch)

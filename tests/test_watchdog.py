@@ -62,10 +62,7 @@ def test_the_report_lists_the_stall_records(run_dir: Path, capsys) -> None:
     try:
         with step_span(0):
             pass
-        with step_span(1):
-            deadline = time.monotonic() + 10
-            while not fired and time.monotonic() < deadline:
-                time.sleep(0.05)
+        _stuck_in_step(1, fired)
     finally:
         shutdown_telemetry()
     assert main(["report", str(run_dir), "--json"]) == 0
@@ -107,6 +104,14 @@ def test_teardown_after_the_job_span_ended_is_never_a_stall(run_dir: Path) -> No
     assert not (run_dir / "stalls").exists()
 
 
+def _stuck_in_step(step: int, fired: list[StallRecord]) -> None:
+    """Stay inside step ``step`` until the watchdog fires (at most 10 s)."""
+    with step_span(step):
+        deadline = time.monotonic() + 10
+        while not fired and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
 def test_a_second_job_is_judged_again(run_dir: Path) -> None:
     """A sweep or a notebook opens ``rl.job`` twice under one setup: the second job's hang is
     a stall, though the first job's end stopped the judging for its teardown."""
@@ -121,10 +126,7 @@ def test_a_second_job_is_judged_again(run_dir: Path) -> None:
         with job_span():
             with step_span(0):
                 pass
-            with step_span(1):
-                deadline = time.monotonic() + 10
-                while not fired and time.monotonic() < deadline:
-                    time.sleep(0.05)
+            _stuck_in_step(1, fired)
     finally:
         shutdown_telemetry()
     assert len(fired) == 1

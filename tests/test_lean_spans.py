@@ -419,6 +419,29 @@ def test_spans_with_only_rlsights_stamps_share_a_dict_that_a_set_attribute_never
         set(stamps), {*stamps, "rl.extra"}, set(stamps)]
 
 
+def test_live_spans_of_one_site_share_their_dict_apart_from_the_plain_ones(tmp_path: Path) -> None:
+    """``live=True`` is a constant, so ``live=True`` spans of one site share one dict too
+    (bench_live: a live span costs at most 1.3x an ordinary one), never the plain spans'
+    dict; both kinds are stored with their own attributes, and only the live one gets a
+    start record's mark."""
+    rlsight.setup_telemetry(TelemetryConfig(run_dir=str(tmp_path), span_groups=["all"]))
+    try:
+        kept = []
+        for live in (True, True, False):
+            with span(RL.REWARD, "rl.reward.score", **({"live": True} if live else {})) as s:
+                pass
+            kept.append(s)
+        rlsight.flush_telemetry()
+    finally:
+        rlsight.shutdown_telemetry()
+    first, second, plain = (k._attributes for k in kept)  # type: ignore[attr-defined]
+    assert first is second and first is not plain
+    assert first == {"rl.live": True, **plain}
+    stored = [{kv["key"] for kv in sp["attributes"]} for line in _stored_spans(tmp_path)
+              if (sp := json.loads(line[line.index('{"traceId"'):]))["name"] == "rl.reward.score"]
+    assert sorted(stored, key=len) == [set(plain), set(first), set(first)]
+
+
 def test_a_shared_dict_over_the_limits_goes_through_the_sdks_cleaning_on_every_span() -> None:
     """A shared dict is looked at once, but one the SDK would change (text over the length
     limit) is never remembered as plain: every span of it gets the SDK's cleaning."""

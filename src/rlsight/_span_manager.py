@@ -24,7 +24,7 @@ from rlsight import _current
 from rlsight import runtime as _runtime
 from rlsight._current import _VAR, attach_span, detach, thread_id
 from rlsight._redact import REDACTED, is_content, is_content_key, scrub
-from rlsight._semconv import BUCKET, EFFICIENCY_CATEGORY, SPAN_GROUP, THREAD_ID
+from rlsight._semconv import BUCKET, EFFICIENCY_CATEGORY, LIVE, SPAN_GROUP, THREAD_ID
 from rlsight._stamps import BY_VALUES as _SHARED
 from rlsight._stamps import stamps
 from rlsight.buckets import BUCKET_OVERRIDE, PER_PROMPT, Bucket
@@ -32,6 +32,9 @@ from rlsight.errors import warn_once
 from rlsight.groups import GATE, RL
 
 __all__ = ["NOOP", "LiveSpan", "NoopSpan", "clean_attributes", "describe", "scrubbed_exception"]
+
+#: What sets a shared stamp dict of ``live=True`` spans apart from the plain one in its key.
+_LIVE_MARK: Final = LIVE
 
 _SCALARS: Final = (str, bool, int, float)
 _INVALID: Final = _trace.INVALID_SPAN
@@ -206,9 +209,13 @@ class LiveSpan(AsyncFromSync):
             category = self._category
             wire_bucket = None if bucket is None else _WIRE_BUCKET[bucket]
             tid = _current._IDS.native or thread_id()
-            if not self._attrs and type(group) is str and (category is None or type(category) is str):
-                # Only rlsight's stamps, exact scalars: the dict spans of this site share.
-                key = (group, tid, wire_bucket, category)
+            given = self._attrs
+            if ((not given or (len(given) == 1 and given.get("live") is True))
+                    and type(group) is str and (category is None or type(category) is str)):
+                # Only rlsight's stamps (and ``live=True``, a constant), exact scalars: the dict
+                # spans of this site share.
+                key = (group, tid, wire_bucket, category) if not given else (
+                    group, tid, wire_bucket, category, _LIVE_MARK)
                 attrs: dict[str, Any] | None = _SHARED.get(key)
                 if attrs is None:
                     attrs = stamps(key, self._own_attributes(group, tid, wire_bucket, category))

@@ -215,13 +215,6 @@ def job_span(**attributes: Any) -> SpanContextManager:
 class _JobSpan(LiveSpan):
     __slots__ = ()
 
-    def start(self, start_time: int | None = None) -> Span | None:
-        span = super().start(start_time)
-        rt = _runtime._ACTIVE
-        if rt is not None and rt.watchdog is not None and span is not None:
-            rt.watchdog.progress.job_started()  # a second job (a sweep, a notebook) is judged too
-        return span
-
     def finish(self, exc: BaseException | None) -> None:
         # The run is over: what follows (ray.shutdown, a final upload) is teardown, never a
         # stall, as startup is not one either.

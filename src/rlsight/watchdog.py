@@ -6,7 +6,8 @@ with the threshold; when it passes, the watchdog reads the run's start records, 
 stall record to ``<run_dir>/stalls/``, logs one warning naming the innermost open span of
 each stalled process, and calls the ``on_stall`` hook given to
 :func:`~rlsight.setup_telemetry`. It fires once per stall: the next step that ends re-arms it.
-It stops judging when ``rl.job`` ends: the teardown after it is never a stall.
+It stops judging when ``rl.job`` ends (the teardown after it is never a stall) until a step
+starts again.
 """
 
 from __future__ import annotations
@@ -80,14 +81,15 @@ StallHook = Callable[[StallRecord], object]
 class _Progress:
     """Step ends as the driver's step spans report them (thread-safe, cheap)."""
 
-    __slots__ = ("durations", "ended", "job_over", "last_progress", "lock", "step")
+    __slots__ = ("durations", "ended", "last_progress", "lock", "step")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.ended = 0
-        self.job_over = False  # ``rl.job`` ended: the rest is teardown, never a stall
         self.step: int | None = None
-        self.last_progress: float | None = None  # monotonic seconds
+        #: Monotonic seconds; ``None`` until a step starts (startup, and the teardown after
+        #: ``rl.job`` ended, are never a stall).
+        self.last_progress: float | None = None
         self.durations: deque[float] = deque(maxlen=_RECENT_STEPS)
 
     def started(self, step: int) -> None:
@@ -102,16 +104,10 @@ class _Progress:
             self.durations.append(seconds)
             self.last_progress = time.monotonic()
 
-    def job_started(self) -> None:
-        """A new ``rl.job``: judged again from its first step on (its startup never is)."""
-        with self.lock:
-            if self.job_over:
-                self.job_over = False
-                self.last_progress = None
-
     def job_ended(self) -> None:
+        """``rl.job`` ended: not judged again until a step starts (a sweep's next job)."""
         with self.lock:
-            self.job_over = True
+            self.last_progress = None
 
 
 class Watchdog:
@@ -157,8 +153,7 @@ class Watchdog:
         limit = self._threshold()
         with self.progress.lock:
             last, ended, step = self.progress.last_progress, self.progress.ended, self.progress.step
-            over = self.progress.job_over
-        if limit is None or last is None or over or self._fired_at == ended:
+        if limit is None or last is None or self._fired_at == ended:
             return None
         quiet = time.monotonic() - last
         if quiet <= limit:

@@ -55,8 +55,9 @@ class BatchingSpanProcessor(SpanProcessor):
         on_drops: Called on the export thread after a drain in which the drop counts grew
             (to warn once and to get the counts recorded while the run goes).
         prepare: When set, and the oldest span not yet exported was queued over
-            ``help_after_s`` ago, ``on_end`` queues ``prepare(span)`` instead of the span: the app thread does
-            the costly conversion so one export thread keeps up with many app threads.
+            ``help_after_s`` ago, ``on_end`` queues ``prepare(span)`` instead of the span: the
+            app thread does the costly conversion so one export thread keeps up with many app
+            threads.
             ``export`` then receives a mix of spans and prepared items.
         help_after_s: How far behind the export thread must be before app threads help.
         size_of: When set, bounds the queue and each batch in bytes as well as in spans:

@@ -33,9 +33,6 @@ from rlsight.groups import GATE, RL
 
 __all__ = ["NOOP", "LiveSpan", "NoopSpan", "clean_attributes", "describe", "scrubbed_exception"]
 
-#: What sets a shared stamp dict of ``live=True`` spans apart from the plain one in its key.
-_LIVE_MARK: Final = LIVE
-
 _SCALARS: Final = (str, bool, int, float)
 _INVALID: Final = _trace.INVALID_SPAN
 _PER_PROMPT: Final = RL.PER_PROMPT
@@ -215,7 +212,7 @@ class LiveSpan(AsyncFromSync):
                 # Only rlsight's stamps (and ``live=True``, a constant), exact scalars: the dict
                 # spans of this site share.
                 key = (group, tid, wire_bucket, category) if not given else (
-                    group, tid, wire_bucket, category, _LIVE_MARK)
+                    group, tid, wire_bucket, category, LIVE)
                 attrs: dict[str, Any] | None = _SHARED.get(key)
                 if attrs is None:
                     attrs = stamps(key, self._own_attributes(group, tid, wire_bucket, category))

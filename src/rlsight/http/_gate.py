@@ -12,7 +12,7 @@ handler's own spans under the caller. The URL attributes are scrubbed of secrets
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Final
 
@@ -63,9 +63,7 @@ class _GatedTracer(Tracer):
             return NonRecordingSpan(_trace.get_current_span(context).get_span_context())
         try:
             attrs: dict[str, Any] = dict(attributes) if attributes else {}
-            for key in _URL_KEYS.intersection(attrs):
-                if isinstance(attrs[key], str):
-                    attrs[key] = scrub(attrs[key])
+            attrs.update(_scrubbed_urls(attrs))
             attrs[SPAN_GROUP] = _PER_PROMPT
             attrs[THREAD_ID] = threading.get_native_id()
             return telemetry.tracer.start_span(
@@ -125,10 +123,14 @@ def scrub_url_hook(span: Span, *_: Any) -> None:
     attributes = getattr(span, "attributes", None)
     if not span.is_recording() or not attributes:
         return
-    for key in _URL_KEYS.intersection(attributes):
-        value = attributes[key]
-        if isinstance(value, str):
-            span.set_attribute(key, scrub(value))
+    for key, value in _scrubbed_urls(attributes).items():
+        span.set_attribute(key, value)
+
+
+def _scrubbed_urls(attributes: Mapping[str, Any]) -> dict[str, str]:
+    """The URL attributes among ``attributes`` (see :data:`_URL_KEYS`), scrubbed of secrets."""
+    return {key: scrub(value) for key in _URL_KEYS.intersection(attributes)
+            if isinstance(value := attributes[key], str)}
 
 
 class _GatedTracerProvider(TracerProvider):

@@ -220,10 +220,7 @@ class SpanCodec:
                 else:
                     resource, scope = span.resource, span.instrumentation_scope
             if resource is not last_resource or scope is not last_scope or not parts:
-                if type(scope) is tuple:
-                    key = scope
-                else:
-                    key = (scope.name, scope.version or "") if scope is not None else ("", "")
+                key = scope if type(scope) is tuple else _scope_key(scope)
                 entry = by_resource.get(id(resource))
                 if entry is None:
                     entry = by_resource[id(resource)] = (resource, {})

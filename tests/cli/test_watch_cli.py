@@ -111,3 +111,43 @@ def test_stacks_adds_the_python_stack_of_a_stalled_process_on_this_host(run_dir:
     (driver,) = json.loads(capsys.readouterr().out)["processes"]
     assert code == EXIT_STALLED and driver["stalled"]
     assert "test_stacks_adds_the_python_stack" in driver["stack"]
+
+
+_HANGING_WORKER = """
+import sys, time
+import rlsight.store._live as live
+live.HEARTBEAT_S = 0.05
+from rlsight import RL, TelemetryConfig, setup_telemetry, span
+setup_telemetry(TelemetryConfig(run_dir=sys.argv[1]), worker_group="generation", rank=3)
+with span(RL.GENERATION, "rl.generate.batch"):
+    time.sleep(600)
+"""
+
+
+def test_a_killed_worker_goes_silent_once_its_heartbeat_stops(tmp_path: Path, capsys) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "run"
+    worker = subprocess.Popen([sys.executable, "-c", _HANGING_WORKER, str(run_dir)])
+    try:
+        deadline = time.monotonic() + 60
+        while worker.poll() is None and time.monotonic() < deadline and not (
+                (run_dir / "live").is_dir() and any(p.alive_ns for p in read_live(run_dir).processes.values())
+                and "rl.generate.batch" in {s.name for s in read_live(run_dir).starts}):
+            time.sleep(0.05)
+        assert main(["watch", str(run_dir), "--json"]) == EXIT_OK
+        before = json.loads(capsys.readouterr().out)["processes"][0]
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=60)
+    time.sleep(0.3)  # six heartbeats missed
+    assert main(["watch", str(run_dir), "--json"]) == EXIT_OK
+    after = json.loads(capsys.readouterr().out)["processes"][0]
+    assert main(["watch", str(run_dir), "--once"]) == EXIT_OK
+    screen = capsys.readouterr().out
+    assert before["silent"] is False and before["last_heard_unix_ns"] is not None
+    assert after["silent"] is True and after["alive"] is False
+    assert after["innermost"]["name"] == "rl.generate.batch"
+    assert "silent" in screen and "1 silent" in screen

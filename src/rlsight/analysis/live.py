@@ -9,7 +9,9 @@ against ``k`` times the floor, so a long first step is not called a stall after 
 alone. ``rl.job`` (open for the whole run) is never stalled.
 
 ``rlsight watch`` measures ages to now; the report's post-mortem measures them to the last
-moment the store saw, so a dead run reads the same tomorrow as it did when it died.
+moment the store saw, so a dead run reads the same tomorrow as it did when it died. A process
+that went *silent* (no heartbeat for three intervals, no clean shutdown) has its open spans aged
+to its last heartbeat in the post-mortem: how long it hung while it still ran.
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ def process_states(
     k: float = DEFAULT_STALL_K,
     min_age_s: float = DEFAULT_MIN_AGE_S,
     unseen_factor: float | None = None,
+    until: Mapping[str, int] | None = None,
 ) -> list[ProcessState]:
     """Every process the store knows of, with its open spans judged against ``now_ns``.
 
@@ -103,6 +106,8 @@ def process_states(
         min_age_s: Stall floor in seconds.
         unseen_factor: A span with no finished peer is stalled past this many floors
             (default ``k``); the watchdog, which already knows the run stopped, passes 1.
+        until: Per process key, the moment its open spans are aged to instead of ``now_ns``
+            (the post-mortem: a process that went silent, to its last heartbeat).
     """
     finished = set(cols.span_id.tolist())
     open_starts = [s for s in live.starts if _hex(s.span_id) not in finished]
@@ -129,7 +134,7 @@ def process_states(
             parent = by_id.get(parent.parent_span_id or "")
         median = medians.get(s.name)
         threshold = max(floor_ns, k * median) if median is not None else unseen_ns
-        age = max(0, now_ns - s.start_ns)
+        age = max(0, (until.get(s.process, now_ns) if until else now_ns) - s.start_ns)
         is_leaf = (s.process, s.span_id) not in parents
         item = OpenSpan(
             name=s.name, group=s.group, trace_id=s.trace_id, span_id=s.span_id,
@@ -167,7 +172,9 @@ def process_states(
             host=str(res[HOST_NAME]) if HOST_NAME in res else None,
             clean_shutdown=live_proc is not None and live_proc.shutdown_ns is not None,
             open=spans, innermost=innermost, stalled=bool(stalled),
+            silent=live_proc is not None and live_proc.silent(now_ns),
             last_span=last_name, last_end_unix_ns=last_end,
+            last_heard_unix_ns=live_proc.last_heard_ns if live_proc is not None else None,
             waiting_on=sorted({rank_label(q) for q in remote_children.get(innermost.span_id, ())})
             if innermost is not None else [],
         ))
@@ -175,10 +182,10 @@ def process_states(
 
 
 def _store_end(cols: SpanColumns, live: LiveReadResult) -> int:
-    """The last moment the store saw: a span end, a start record or a shutdown."""
+    """The last moment the store saw: a span end, a start record, a heartbeat or a shutdown."""
     times = [int(cols.end.max())] if len(cols) else []
     times += [s.start_ns for s in live.starts]
-    times += [p.shutdown_ns or p.opened_ns for p in live.processes.values()]
+    times += [max(p.opened_ns, p.alive_ns or 0, p.shutdown_ns or 0) for p in live.processes.values()]
     return max(times, default=0)
 
 
@@ -189,7 +196,11 @@ def post_mortem(
     if not live.processes:
         return None
     as_of = _store_end(cols, live)
-    states = process_states(cols, live, now_ns=as_of)
+    # A process that went silent before the end hung (or lay dead) only until its last
+    # heartbeat: its open spans are aged to that, not to when the rest of the run stopped.
+    silent = {key: p.last_heard_ns for key, p in live.processes.items() if p.silent(as_of)}
+    states = process_states(cols, live, now_ns=as_of,
+                            until={k: v for k, v in silent.items() if v is not None})
     # Only processes that wrote a live file can be judged for a clean shutdown.
     kept = [p for p in states if p.open or (p.process in live.processes and not p.clean_shutdown)]
     kept.sort(key=lambda p: (not p.open, p.worker_group, p.rank, p.process))

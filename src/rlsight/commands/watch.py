@@ -3,9 +3,10 @@
 Reads RUN_DIR (a live run or a dead one) and refreshes like ``top``: steps done, seconds per
 step, goodput so far, and per worker group and rank the span open right now with its age and
 parents. A rank whose innermost open span is older than K times that span name's median and
-older than ``--min-age`` is STALLED. ``--once`` prints one screen and exits; ``--json`` prints
-one document (schema in docs/live.md). Exit codes: 0 nothing stalled; 2 usage error or no
-run folder; 3 something is stalled.
+older than ``--min-age`` is STALLED; one not heard from for three heartbeats (30 s) without a
+clean shutdown is *silent* (killed, frozen, or its node is gone). ``--once`` prints one screen
+and exits; ``--json`` prints one document (schema in docs/live.md). Exit codes: 0 nothing
+stalled; 2 usage error or no run folder; 3 something is stalled.
 """
 
 from __future__ import annotations
@@ -130,6 +131,9 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
     if s.goodput_pct is not None:
         head.append(f"  goodput {s.goodput_pct:.1f}%")
     head.append("   STALLED" if s.stalled else "   ok", style="bold red" if s.stalled else "green")
+    silent = sum(1 for p in s.processes if p.silent)
+    if silent:
+        head.append(f"   {silent} silent", style="yellow")
     table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
     for name, justify in (("group/rank", "left"), ("state", "left"), ("open span (innermost)", "left"),
                           ("age", "right"), ("median", "right"), ("parents", "left"),
@@ -138,15 +142,20 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
     order = sorted(s.processes, key=lambda p: (not p.stalled, p.worker_group, p.rank, p.process))
     for p in order:
         o = p.innermost
+        state = "STALLED" if p.stalled else "running"
+        if p.silent and p.last_heard_unix_ns is not None:
+            state = ("STALLED, " if p.stalled else "") + (
+                f"silent {clock(max(0, s.now_unix_ns - p.last_heard_unix_ns))}")
         if o is None:
             idle = "(shut down)" if p.clean_shutdown else "(nothing open)"
-            table.add_row(_rank_label(p), "", Text(idle, style="dim"), "", "", "", "")
+            table.add_row(_rank_label(p), state if p.silent else "", Text(idle, style="dim"),
+                          "", "", "", "", style="yellow" if p.silent else None)
             continue
         table.add_row(
-            _rank_label(p), "STALLED" if p.stalled else "running", span_label(o.name), clock(o.age_ns),
+            _rank_label(p), state, span_label(o.name), clock(o.age_ns),
             clock(o.median_ns) if o.median_ns is not None else "-",
             " < ".join(reversed(o.chain)), ", ".join(p.waiting_on),
-            style="bold red" if p.stalled else None,
+            style="bold red" if p.stalled else "yellow" if p.silent else None,
         )
     parts: list[RenderableType] = [head, table]
     for p in order:

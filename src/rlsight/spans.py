@@ -206,7 +206,11 @@ def umbrella_span(group: str, name: str, /, **attributes: Any) -> SpanContextMan
 
 
 def job_span(**attributes: Any) -> SpanContextManager:
-    """The run's root span, ``rl.job``; open it once in the driver around everything."""
+    """The run's root span, ``rl.job``; open it once in the driver around everything.
+
+    ``total_steps=N`` (recorded as ``rl.total_steps``) lets ``rlsight watch`` say how far the run
+    is and how long the rest should take.
+    """
     if RL.JOB not in GATE.enabled:
         return NOOP
     return _JobSpan(RL.JOB, JOB_SPAN, attributes, umbrella=True)

@@ -151,3 +151,37 @@ def test_a_killed_worker_goes_silent_once_its_heartbeat_stops(tmp_path: Path, ca
     assert after["silent"] is True and after["alive"] is False
     assert after["innermost"]["name"] == "rl.generate.batch"
     assert "silent" in screen and "1 silent" in screen
+
+
+def test_the_header_says_how_far_the_run_is_how_fast_it_goes_and_where_it_last_failed(
+        run_dir: Path, capsys) -> None:
+    from rlsight import job_span
+
+    with capture_telemetry(run_dir=run_dir, run_id="far"), job_span(total_steps=12):
+        for n in range(1, 5):
+            with step_span(n):
+                time.sleep(0.02)
+                if n == 1:
+                    with pytest.raises(TimeoutError), span(RL.REFIT, "rl.refit.push"):
+                        raise TimeoutError("NCCL broadcast")
+                if n == 3:
+                    with pytest.raises(RuntimeError), span(RL.TRAINING, "rl.train.policy"):
+                        raise RuntimeError("CUDA out of memory")
+        with step_span(5):
+            _wait_for(run_dir, "rl.step")
+            deadline = time.monotonic() + 5
+            while True:  # the finished steps reach traces/ within the store's write-through
+                assert main(["watch", str(run_dir), "--json"]) == EXIT_OK
+                doc = json.loads(capsys.readouterr().out)
+                if doc["steps"] == 4 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            assert main(["watch", str(run_dir), "--once"]) == EXIT_OK
+            screen = capsys.readouterr().out
+    assert doc["steps"] == 4 and doc["last_step"] == 5 and doc["total_steps"] == 12
+    assert doc["errors"] == 2  # pytest.raises caught each inside its step, which went on
+    assert doc["last_error"]["name"] == "rl.train.policy" and doc["last_error"]["worker_group"] == "driver"
+    # four steps ~20 ms apart end to end: three gaps over the first to the last end
+    assert 60e9 / 0.5e9 < doc["steps_per_min"] < 60e9 / 0.02e9
+    assert "in step 5 of 12 (about" in screen and "to go)" in screen and "steps/min" in screen
+    assert "last error: rl.train.policy on driver/0" in screen and "(2 span(s) ended in error)" in screen

@@ -33,12 +33,13 @@ from rlsight.analysis._sorting import lexsort
 from rlsight.analysis.columns import SpanColumns
 from rlsight.analysis.model import SCHEMA_VERSION, OpenSpan, PostMortem, ProcessState
 from rlsight.store._live import LiveReadResult, StartRecord, read_live
-from rlsight.store._schema import AttributeValue
+from rlsight.store._schema import STATUS_ERROR, AttributeValue
 from rlsight.watchdog import DEFAULT_MIN_AGE_S, DEFAULT_STALL_K
 
 __all__ = [
     "DEFAULT_MIN_AGE_S",
     "DEFAULT_STALL_K",
+    "ErrorSpan",
     "WatchSnapshot",
     "post_mortem",
     "process_states",
@@ -213,6 +214,39 @@ def post_mortem(
     )
 
 
+#: Finished steps the watch's rate is taken over: recent enough to follow a run that slows down.
+_RATE_STEPS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorSpan:
+    """The latest span that ended with an error status: where the run last went wrong."""
+
+    name: str
+    process: str
+    worker_group: str
+    rank: int
+    end_unix_ns: int
+
+
+def _last_error(cols: SpanColumns, errors: Any) -> ErrorSpan | None:
+    if not errors.any():
+        return None
+    index = np.flatnonzero(errors)
+    i = int(index[np.argmax(cols.end[index])])
+    res = cols.resources[int(cols.process[i])]
+    return ErrorSpan(name=cols.names[int(cols.name[i])], process=cols.process_keys[int(cols.process[i])],
+                     worker_group=str(res.get(WORKER_GROUP, "?")), rank=_int(res.get(RANK)) or 0,
+                     end_unix_ns=int(cols.end[i]))
+
+
+def _steps_per_min(step_ends: Any) -> float | None:
+    """Steps per minute over the last few finished steps (``None`` before two have ended)."""
+    ends = np.sort(step_ends)[-(_RATE_STEPS + 1):]
+    span_ns = float(ends[-1] - ends[0]) if len(ends) > 1 else 0.0
+    return (len(ends) - 1) * 60e9 / span_ns if span_ns > 0 else None
+
+
 @dataclass(frozen=True, slots=True)
 class WatchSnapshot:
     """One refresh of ``rlsight watch``: progress so far and what every process has open."""
@@ -224,11 +258,18 @@ class WatchSnapshot:
     """Finished ``rl.step`` spans."""
     last_step: int | None
     """``rl.step`` number of the latest step that started (finished or open)."""
+    total_steps: int | None
+    """``job_span(total_steps=...)`` of the latest ``rl.job``; ``None`` when not given."""
     median_step_ns: float | None
+    steps_per_min: float | None
+    """Over the last ten finished steps."""
     last_step_end_unix_ns: int | None
     goodput_pct: float | None
     """Goodput of what has finished so far; ``None`` before the first span ends."""
     stalled: bool
+    errors: int
+    """Spans that ended with an error status."""
+    last_error: ErrorSpan | None
     processes: list[ProcessState]
     k: float
     min_age_s: float
@@ -271,6 +312,9 @@ def watch_snapshot(
     step_numbers = [int(n) for n in cols.step_no[step_mask]]
     step_numbers += [s.step for s in live.starts if s.name == STEP_SPAN and s.step is not None]
     durations = (cols.end - cols.start)[step_mask]
+    jobs = sorted((s.start_ns, s.total_steps) for s in live.starts
+                  if s.name == JOB_SPAN and s.total_steps is not None)
+    errors = cols.status == STATUS_ERROR
     goodput = None
     if len(cols):
         try:
@@ -282,8 +326,11 @@ def watch_snapshot(
         run_id=str(manifest["run_id"]) if manifest.get("run_id") else most_common(
             r.get(RUN_ID) for r in [*cols.resources, *(p.resource for p in live.processes.values())]),
         steps=int(step_mask.sum()), last_step=max(step_numbers, default=None),
+        total_steps=jobs[-1][1] if jobs else None,
         median_step_ns=float(np.median(durations)) if len(durations) else None,
+        steps_per_min=_steps_per_min(cols.end[step_mask]),
         last_step_end_unix_ns=int(cols.end[step_mask].max()) if step_mask.any() else None,
-        goodput_pct=goodput, stalled=any(p.stalled for p in states), processes=states,
+        goodput_pct=goodput, stalled=any(p.stalled for p in states),
+        errors=int(errors.sum()), last_error=_last_error(cols, errors), processes=states,
         k=k, min_age_s=min_age_s, skipped=len(skipped) + len(live.skipped),
     )

@@ -125,9 +125,17 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
     s = snapshot
     head = Text(f"run {s.run_id or '?'}  ", style="bold")
     head.append(f"{s.steps} step(s) done" + (f", in step {s.last_step}" if s.last_step is not None else ""))
+    if s.total_steps is not None:
+        head.append(f" of {s.total_steps}")
+        if s.median_step_ns:
+            head.append(f" (about {clock(max(0, s.total_steps - s.steps) * s.median_step_ns)} to go)")
     if s.last_step_end_unix_ns is not None:
         head.append(f"  (last step ended {clock(max(0, s.now_unix_ns - s.last_step_end_unix_ns))} ago")
-        head.append(f"; median step {clock(s.median_step_ns or 0)})")
+        head.append(f"; median step {clock(s.median_step_ns or 0)}")
+        rate = s.steps_per_min
+        if rate is not None:
+            head.append(f"; {rate:.{1 if rate < 10 else 0}f} steps/min")
+        head.append(")")
     if s.goodput_pct is not None:
         head.append(f"  goodput {s.goodput_pct:.1f}%")
     head.append("   STALLED" if s.stalled else "   ok", style="bold red" if s.stalled else "green")
@@ -162,6 +170,11 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
         if p.stack:
             parts.append(Text(f"\n{_rank_label(p)} (pid {p.pid}) stack:", style="bold"))
             parts.append(Text(p.stack))
+    if s.last_error is not None:
+        e = s.last_error
+        parts.append(Text(f"last error: {span_label(e.name)} on {e.worker_group}/{e.rank}, "
+                          f"{clock(max(0, s.now_unix_ns - e.end_unix_ns))} ago "
+                          f"({s.errors} span(s) ended in error)", style="red"))
     if s.skipped:
         parts.append(Text(f"{s.skipped} unreadable record(s) skipped", style="yellow"))
     return Group(*parts)

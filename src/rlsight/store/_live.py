@@ -10,7 +10,8 @@ Each file holds JSON lines of four kinds (``"record"``):
 
 - ``process``: the first line; the process's resource attributes, when it opened the store, and
   its heartbeat interval (``heartbeatS``).
-- ``start``: one span that started: ids, name, group, start time, thread.
+- ``start``: one span that started: ids, name, group, start time, thread (and the step number
+  of ``rl.step``, the planned step count of ``rl.job``).
 - ``alive``: a heartbeat, every :data:`HEARTBEAT_S` while the process's telemetry runs. Without
   it, a process that hung in a span and was then killed left nothing later than that span's
   start, so nobody could say how long it hung, nor tell a dead worker on another node from a
@@ -111,6 +112,8 @@ class StartRecord:
     start_ns: int
     thread_id: int
     step: int | None = None
+    total_steps: int | None = None
+    """``rl.total_steps`` of an ``rl.job`` span (``job_span(total_steps=...)``)."""
 
 
 @dataclass(slots=True)
@@ -188,7 +191,7 @@ def read_live(run_dir: Path | str) -> LiveReadResult:
                 elif current is None:
                     raise ValueError("record before the file's process line")
                 elif kind == "start":
-                    step = record.get("step")
+                    step, total = record.get("step"), record.get("totalSteps")
                     result.starts.append(StartRecord(
                         process=current.process, trace_id=str(record["traceId"]),
                         span_id=str(record["spanId"]),
@@ -197,6 +200,7 @@ def read_live(run_dir: Path | str) -> LiveReadResult:
                         start_ns=int64(record["startTimeUnixNano"]),
                         thread_id=int64(record.get("threadId") or 0),
                         step=int64(step) if isinstance(step, int) else None,
+                        total_steps=int64(total) if isinstance(total, int) else None,
                     ))
                 elif kind == "alive":
                     current.alive_ns = max(current.alive_ns or 0, int64(record["timeUnixNano"]))

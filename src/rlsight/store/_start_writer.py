@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 from opentelemetry.sdk.trace import SpanProcessor
 
 from rlsight._readable import span_attributes
-from rlsight._semconv import LIVE, SPAN_GROUP, STEP, THREAD_ID
+from rlsight._semconv import LIVE, SPAN_GROUP, STEP, THREAD_ID, TOTAL_STEPS
 from rlsight.groups import GATE
 from rlsight.store._live import LIVE_GROUPS, NEVER_LIVE, alive_line
 
@@ -153,6 +153,9 @@ def _start(span: ReadableSpan) -> dict[str, Any]:
     step = attrs.get(STEP)
     if isinstance(step, int):
         out["step"] = step
+    total = attrs.get(TOTAL_STEPS)
+    if isinstance(total, int) and not isinstance(total, bool):
+        out["totalSteps"] = total
     return out
 
 

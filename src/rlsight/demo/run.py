@@ -282,7 +282,7 @@ def run_demo(
     )
     progress = _Progress(settings.steps)
     try:
-        with job_span(steps=settings.steps, mode=settings.mode,
+        with job_span(total_steps=settings.steps, mode=settings.mode,
                       prompts_per_step=settings.prompts_per_step, group_size=settings.group_size):
             with startup_span():
                 with setup_span("ray"):

@@ -12,10 +12,9 @@
 
 Every guard that runs must find something to check; a project that does not use a feature
 (no logger keys, say) leaves that guard out of ``guards`` rather than letting it pass on
-nothing. One exception keeps a new project's first run green: with ``guards`` left at its
-default, ``generated-docs`` passes docs that hold no generated block (those blocks publish
-rlsight's own tables, which another project's docs rarely carry); named in ``guards`` or
-``--guard``, it requires one.
+nothing. That holds for the guards named in ``guards`` or ``--guard``: with ``guards`` left at
+its default, a guard whose feature the project does not use at all (no waits, no carriers, no
+metric specs, no generated blocks) passes, so a new project's first run is green.
 """
 
 from __future__ import annotations
@@ -59,7 +58,8 @@ class CheckConfig:
         helper_modules: Module prefixes whose helpers count as rlsight's (``rlsight`` always).
         pyproject: The file the settings came from, if any.
         guards_named: Whether ``guards`` was named (in the file or with ``--guard``) rather
-            than left at its default; only then must ``generated-docs`` find a block.
+            than left at its default; only then must a guard whose feature the project does
+            not use find something (docs/check.md, "The guards").
     """
 
     root: Path

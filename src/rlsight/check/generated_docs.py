@@ -5,10 +5,10 @@ The guard regenerates it (see :mod:`rlsight.check.tables`) and reports any diffe
 group, preset or setting added in code but not in the docs fails the build instead of
 drifting. ``rlsight check --write-docs`` rewrites the blocks in place.
 
-Docs without any block fail only when the guard was asked for by name: the blocks publish
-rlsight's own vocabulary, so a user project usually has none, and its first ``rlsight check``
-must not fail on a table it never meant to publish. rlsight's own configuration names the
-guard, so there losing every block still fails.
+Docs without any block fail only when the guard was asked for by name (see
+:class:`~rlsight.check.config.CheckConfig`): the blocks publish rlsight's own vocabulary, so a
+user project usually has none. rlsight's own configuration names the guard, so there losing
+every block still fails.
 """
 
 from __future__ import annotations

@@ -99,6 +99,31 @@ def test_docs_live_md_describes_every_field_of_the_json_documents(run_dir: Path,
     assert missing == []
 
 
+def test_stacks_skips_a_stalled_process_that_has_exited(run_dir: Path, capsys) -> None:
+    """A killed rank has no stack to dump: --stacks must not run py-spy on its dead pid (which
+    printed py-spy's error and Rust backtrace under the table)."""
+    import subprocess
+    import sys
+
+    from rlsight.commands.watch import _py_spy
+
+    if _py_spy() is None:
+        pytest.skip("py-spy is not installed (pip install 'rlsight[stacks]')")
+    code = (
+        "import os, time\n"
+        "from rlsight import RL, TelemetryConfig, setup_telemetry, span, step_span\n"
+        f"setup_telemetry(TelemetryConfig(run_dir={str(run_dir)!r}))\n"
+        "with step_span(1), span(RL.REFIT, 'rl.refit.push'):\n"
+        "    time.sleep(0.3)\n"
+        "    os._exit(0)\n"  # gone without a shutdown, its span open: a killed rank
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    assert main(["watch", str(run_dir), "--json", "--min-age", "0", "--stacks"]) == EXIT_STALLED
+    (dead,) = json.loads(capsys.readouterr().out)["processes"]
+    assert dead["stalled"] and dead["alive"] is False
+    assert dead["stack"] is None
+
+
 def test_stacks_adds_the_python_stack_of_a_stalled_process_on_this_host(run_dir: Path, capsys) -> None:
     """py-spy (the dev extra installs it) dumps this very test process while it is stalled."""
     from rlsight.commands.watch import _py_spy

@@ -88,7 +88,8 @@ def _py_spy() -> str | None:
 
 
 def _with_stacks(snapshot: WatchSnapshot) -> WatchSnapshot:
-    """Stalled processes on this host get their ``py-spy dump``; others are left as they are."""
+    """Stalled processes running on this host get their ``py-spy dump``; others (another host,
+    or an exited process, which has no stack) are left as they are."""
     exe = _py_spy()
     if exe is None:
         print("rlsight watch: --stacks needs py-spy (pip install py-spy); showing open spans only",
@@ -97,7 +98,7 @@ def _with_stacks(snapshot: WatchSnapshot) -> WatchSnapshot:
     host = socket.gethostname()
     processes = []
     for p in snapshot.processes:
-        if p.stalled and p.pid is not None and p.host == host:
+        if p.stalled and p.pid is not None and p.host == host and p.alive is not False:
             try:
                 done = subprocess.run([exe, "dump", "--pid", str(p.pid)], capture_output=True,
                                       text=True, timeout=_STACK_TIMEOUT_S, check=False)

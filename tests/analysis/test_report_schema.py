@@ -35,6 +35,24 @@ def _strict_validator(schema: dict[str, Any]) -> jsonschema.protocols.Validator:
 _VALIDATOR = _strict_validator(json.loads(SCHEMA_FILE.read_text(encoding="utf-8")))
 
 
+def _reading_schema() -> dict[str, Any]:
+    """The published schema less the fields the model defaults: what a reader must accept from
+    an earlier rlsight that did not write them yet."""
+    import dataclasses
+
+    from rlsight.analysis import model
+
+    schema = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    for name, node in [("RunReport", schema), *schema["$defs"].items()]:
+        defaulted = {f.name for f in dataclasses.fields(getattr(model, name))
+                     if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
+        node["required"] = [k for k in node["required"] if k not in defaulted]
+    return schema
+
+
+_READING = _strict_validator(_reading_schema())
+
+
 def _errors(document: dict[str, Any]) -> list[str]:
     return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in _VALIDATOR.iter_errors(document)]
 
@@ -161,7 +179,8 @@ class TestReportProblems:
         else:
             parent[path[-1]] = data.draw(_JSON)
         problems = report_problems(doc)
-        assert (problems == []) == (_errors(doc) == [] and _builds(doc)), (path, problems, _errors(doc))
+        errors = [e.message for e in _READING.iter_errors(doc)]
+        assert (problems == []) == (errors == [] and _builds(doc)), (path, problems, errors)
 
     def test_a_real_report_has_none(self) -> None:
         assert report_problems(self._RICH) == []
@@ -173,6 +192,29 @@ class TestReportProblems:
         [problem] = report_problems(doc)
         assert problem.startswith("steps[0].buckets: the buckets sum to")
         assert not _builds(doc)
+
+    def test_a_report_saved_before_a_field_was_added_still_reads(self) -> None:
+        """Fields with a model default came after schema_version 1 was published: a baseline
+        saved by an earlier rlsight lacks them, and ``rlsight diff`` must still read it."""
+        import dataclasses
+
+        from rlsight.analysis.columns import span_columns_from_records
+        from rlsight.analysis.live import post_mortem
+        from rlsight.store._live import LiveProcess, LiveReadResult
+
+        killed = LiveProcess("p", {"service.instance.id": "p"}, opened_ns=1, heartbeat_s=10.0)
+        pm = post_mortem(span_columns_from_records([]), LiveReadResult(processes={"p": killed}))
+        doc = json.loads(json.dumps(self._RICH))
+        doc["postmortem"] = json.loads(json.dumps(dataclasses.asdict(pm)))
+        assert report_problems(doc) == [] and doc["postmortem"]["processes"]
+        for proc in doc["postmortem"]["processes"]:
+            del proc["silent"], proc["last_heard_unix_ns"], proc["stack"]
+        del doc["postmortem"]["stall_records"]
+        assert report_problems(doc) == []
+        report = RunReport.from_dict(doc)
+        assert report.postmortem is not None and report.postmortem.processes[0].silent is False
+        del doc["postmortem"]["processes"][0]["clean_shutdown"]  # a field every version wrote
+        assert report_problems(doc) == ["postmortem.processes[0]: lacks clean_shutdown"]
 
     def test_each_problem_names_its_field(self) -> None:
         doc = json.loads(json.dumps(self._RICH))

@@ -490,15 +490,9 @@ class ProcessState:
     innermost: OpenSpan | None
     """The open span it is in right now: a stalled one first, else the latest started."""
     stalled: bool
-    silent: bool
-    """No heartbeat for three of its intervals (30 s by default) and no clean shutdown: killed,
-    frozen, or its node is gone."""
     last_span: str | None
     """Name of the last span it finished."""
     last_end_unix_ns: int | None
-    last_heard_unix_ns: int | None
-    """Its last heartbeat (every 10 s while its telemetry runs), opening or shutdown; ``None``
-    for a run written by an rlsight before heartbeats."""
     waiting_on: list[str] = field(default_factory=list)
     """``group/rank`` of other processes with an open span started from its innermost one
     (the actors a driver waits on)."""
@@ -506,6 +500,12 @@ class ProcessState:
     """Whether its pid still runs (``rlsight watch``, same host only); ``None`` when unknown."""
     stack: str | None = None
     """Its Python stack from ``py-spy dump`` (``rlsight watch --stacks``), else ``None``."""
+    silent: bool = False
+    """No heartbeat for three of its intervals (30 s by default) and no clean shutdown: killed,
+    frozen, or its node is gone."""
+    last_heard_unix_ns: int | None = None
+    """Its last heartbeat (every 10 s while its telemetry runs), opening or shutdown; ``None``
+    for a run written by an rlsight before heartbeats."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,9 @@ against it; after changing the model, rewrite the file with::
     python -m rlsight.analysis.schema --write
 
 Every field is required (the report always writes all of them); other properties are allowed,
-because adding a field does not change ``schema_version``.
+because adding a field does not change ``schema_version``. Reading is kinder than the published
+schema in one way: a field the model gives a default (one added after ``schema_version`` 1 was
+published) may be missing, so a baseline report saved by an earlier rlsight still diffs.
 
 :func:`report_problems` checks a document against the same schema before
 ``RunReport.from_dict`` builds on it, so a saved file that is not a report (another command's
@@ -73,8 +75,29 @@ def report_problems(document: Any, limit: int = 5) -> list[str]:
     has the shape :meth:`RunReport.from_dict` needs.
     """
     problems: list[str] = []
-    _check(document, _published(), "", problems, limit)
+    _check(document, _published(), "", problems, limit, _defaulted(RunReport.__name__))
     return problems
+
+
+@functools.cache
+def _defaulted(name: str) -> frozenset[str]:
+    """Fields of the model class ``name`` that have a default: an earlier rlsight may lack them."""
+    classes: dict[str, type] = {}
+    todo: list[Any] = [RunReport]
+    while todo:
+        tp = todo.pop()
+        if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+            if tp.__name__ in classes:
+                continue
+            classes[tp.__name__] = tp
+            todo.extend(typing.get_type_hints(tp).values())
+        else:
+            todo.extend(typing.get_args(tp))
+    cls = classes.get(name)
+    if cls is None:
+        return frozenset()
+    return frozenset(f.name for f in dataclasses.fields(cls)
+                     if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING)
 
 
 @functools.cache
@@ -82,13 +105,14 @@ def _published() -> dict[str, Any]:
     return report_json_schema()
 
 
-def _check(value: Any, node: dict[str, Any], where: str, problems: list[str], limit: int) -> None:
+def _check(value: Any, node: dict[str, Any], where: str, problems: list[str], limit: int,
+           optional: frozenset[str] = frozenset()) -> None:
     if len(problems) >= limit:
         return
     if "$ref" in node:
         name = node["$ref"].rsplit("/", 1)[1]
         before = len(problems)
-        _check(value, _published()["$defs"][name], where, problems, limit)
+        _check(value, _published()["$defs"][name], where, problems, limit, _defaulted(name))
         if name == "Buckets" and len(problems) == before:
             parts = [value[k] for k in _BUCKET_PARTS]
             if min(parts) < 0 or sum(parts) != value["wall_ns"]:
@@ -115,7 +139,7 @@ def _check(value: Any, node: dict[str, Any], where: str, problems: list[str], li
                             f"{' or '.join(_A[t] for t in wanted)}")
             return
     if isinstance(value, dict):
-        missing = [key for key in node.get("required", ()) if key not in value]
+        missing = [key for key in node.get("required", ()) if key not in value and key not in optional]
         if missing:
             more = f" and {len(missing) - 6} more" if len(missing) > 6 else ""
             problems.append(f"{where + ': ' if where else ''}lacks {', '.join(missing[:6])}{more}")

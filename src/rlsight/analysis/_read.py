@@ -28,6 +28,7 @@ from typing import Any
 from rlsight import _spare_worker
 from rlsight._spare_worker import PARALLEL_MIN_BYTES, usable_cpus
 from rlsight.analysis import _cache
+from rlsight.analysis._order import sort_part
 from rlsight.analysis.columns import ColumnBuilder, SpanColumns, concat_columns
 from rlsight.store._lines import PARSE_ERRORS, LineCursor, last_line_end
 from rlsight.store._reader import SpanBatch, SpanBlock, file_span_blocks, not_otlp, trace_files
@@ -119,6 +120,9 @@ def _run_job(job: _Job) -> _Parsed:
         tail, tail_skipped = _read_range(job.path, end, job.stop, LineCursor(lines))
     else:
         tail, tail_skipped = empty, []
+    # In canonical order, so that the table finds the run sorted (rlsight.analysis._order):
+    # each process of a shared read sorts the files it read.
+    body = sort_part(body)
     if job.save is not None and end > job.start:
         save, stat = job.save, job.save.stat
         _cache.save_entry(save.run_dir, job.path, _cache.CachedFile(

@@ -235,6 +235,7 @@ def test_the_worker_reads_with_the_reading_modules_only(run: RunBuilder, tmp_pat
     modules = collect_worker(worker)
     assert modules is not None and "numpy" in modules
     assert not [m for m in modules if m.startswith("opentelemetry") or m == "rlsight.analysis._run"]
+    assert "importlib.metadata" not in modules  # the manifest writer's version look-up: not read here
     run_dir = _sample(run).write(tmp_path / "run")
     path = next((run_dir / "traces").glob("*.jsonl"))
     job = _Job(path, 0, path.stat().st_size, 0, 0)

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlsight.analysis import _table, analyze_columns
-from rlsight.analysis._order import canonical_order, sort_part
+from rlsight.analysis._order import canonical_order, renumber, sort_part
 from rlsight.analysis._read import read_span_columns
 from rlsight.analysis._table import build_table
 from rlsight.analysis.columns import Row, SpanColumns, concat_columns, span_columns_from_rows
@@ -103,3 +103,16 @@ def test_a_run_read_file_by_file_is_in_canonical_order(
         cols = read_span_columns(run_dir, workers=1, cache=cache)[0]
         assert np.all(np.diff(cols.process) >= 0)
         assert analyze_columns(cols).to_dict() == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(max_size=3), unique=True, max_size=6).flatmap(
+    lambda keys: st.tuples(st.just(keys), st.lists(st.integers(0, max(len(keys) - 1, 0)),
+                                                   max_size=10 if keys else 0))))
+def test_renumbered_ids_follow_their_keys_sorted(case: tuple[list[str], list[int]]) -> None:
+    """Processes and traces are numbered in sorted order of their ids, each span keeping its id."""
+    keys, values = case
+    new_values, new_keys, old = renumber(np.asarray(values, dtype=np.int64), keys)
+    assert new_keys == sorted(keys)
+    assert [new_keys[v] for v in new_values.tolist()] == [keys[v] for v in values]
+    assert (old is None) == (new_keys == keys)

@@ -140,8 +140,11 @@ def read_span_columns(
 ) -> tuple[SpanColumns, list[SkippedRecord], int]:
     """Every span in ``<run_dir>/traces/*.jsonl`` as columns, the skipped lines, the file count.
 
-    The result is that of one serial pass over the JSON, in file order, whatever the cache
-    held and however the work was shared.
+    The files come in order, each file's spans in the analysis' canonical order
+    (:func:`rlsight.analysis._order.sort_part`); ``source_file``, ``source_line`` and
+    ``source_slot`` say where each span was read, so sorting by them gives the order of one
+    serial pass over the JSON. The skipped lines are in file order. The result is the same
+    whatever the cache held and however the work was shared.
 
     Args:
         run_dir: The run folder.

@@ -235,6 +235,7 @@ def test_the_worker_reads_with_the_reading_modules_only(run: RunBuilder, tmp_pat
     modules = collect_worker(worker)
     assert modules is not None and "numpy" in modules
     assert not [m for m in modules if m.startswith("opentelemetry") or m == "rlsight.analysis._run"]
+    assert "importlib.metadata" not in modules  # the manifest writer's version look-up: not read here
     run_dir = _sample(run).write(tmp_path / "run")
     path = next((run_dir / "traces").glob("*.jsonl"))
     job = _Job(path, 0, path.stat().st_size, 0, 0)
@@ -243,3 +244,32 @@ def test_the_worker_reads_with_the_reading_modules_only(run: RunBuilder, tmp_pat
     theirs, ours = collect_worker(worker), _run_job(job)
     assert theirs is not None and theirs.body.names == ours.body.names and theirs.end == ours.end
     assert theirs.body.start.tolist() == ours.body.start.tolist()
+
+
+def test_a_worker_result_is_mapped_from_its_file_not_copied(tmp_path: Path):
+    """The worker's columns come back as views of the result file (copy on write: writable,
+    the file unchanged), readable after the file is removed; a short file is refused."""
+    import numpy as np
+
+    from rlsight.analysis._read import _load_result, _save_result
+
+    result = {"start": np.arange(1000, dtype=np.int64), "flags": np.ones(7, dtype=bool),
+              "empty": np.zeros(0, dtype=np.uint64), "names": ["a", "b"]}
+    path = tmp_path / "0.pickle"
+    _save_result(path, result)
+    written = path.read_bytes()
+    got = _load_result(path)
+    path.unlink()
+    assert got["names"] == ["a", "b"] and got["empty"].dtype == np.uint64 and len(got["empty"]) == 0
+    assert got["start"].tolist() == list(range(1000)) and got["flags"].tolist() == [True] * 7
+    base = got["start"]
+    while isinstance(base, np.ndarray):
+        base = base.base
+    assert isinstance(base, memoryview)  # a view of the mapping, not a copy
+    got["start"][0] = -1
+    short = tmp_path / "1.pickle"
+    short.write_bytes(written[:-100])
+    with pytest.raises(ValueError, match="shorter"):
+        _load_result(short)
+    (tmp_path / "2.pickle").write_bytes(written)
+    assert _load_result(tmp_path / "2.pickle")["start"][0] == 0

@@ -99,3 +99,22 @@ def test_a_window_read_again_by_two_processes_is_the_same(
     expected, _ = _reference(run_dir, None, None)
     key = lambda s: (s.trace_id, s.span_id)  # noqa: E731
     assert sorted(window_spans(run_dir).spans, key=key) == sorted(expected, key=key)
+
+
+def test_ties_and_repeats_go_to_the_span_read_first(run: RunBuilder, tmp_path: Path) -> None:
+    """The cap keeps the earliest spans, and of spans starting together the ones read first;
+    an id written twice keeps its first record, though the read sorts each file's columns."""
+    d = run.process()
+    for n, length in enumerate((1, 5, 2, 4, 3)):  # all start at 10: shortest first in the file
+        d.span(f"s{n}", 10, 10 + length, bucket="productive")
+    run_dir = run.write(tmp_path / "run", per_line=1)
+    path = next((run_dir / "traces").glob("driver-*.jsonl"))
+    first = path.read_text().splitlines()[0]
+    with path.open("a") as fh:  # s0 again, longer: a record that sorts before the first
+        fh.write(first.replace('"endTimeUnixNano": "', '"endTimeUnixNano": "9', 1) + "\n")
+    for max_spans in (1, 2, 3, None):
+        expected, cut = _reference(run_dir, None, max_spans)
+        for _ in range(2):  # the second read comes from the column cache
+            window = window_spans(run_dir, max_spans=max_spans)
+            assert [(s.name, s.end_ns) for s in window.spans] == [(s.name, s.end_ns) for s in expected]
+            assert window.cut_at_ns == cut

@@ -148,3 +148,20 @@ def test_a_half_used_feature_still_fails_with_the_default_guards(tmp_path: Path)
     )
     report = run_check(load_check_config(pyproject=pyproject))
     assert [v.guard for v in report.violations] == ["logger-keys"]
+
+
+def test_help_names_every_guard_without_the_checker_imported_to_build_the_parser() -> None:
+    """Every ``rlsight`` command builds the whole parser: ``check``'s part must not import the
+    drift checker (~12 ms per command); its ``--guard`` help still lists the guards."""
+    import os
+    import subprocess
+    import sys
+
+    from rlsight.check.config import ALL_GUARDS
+
+    code = ("import sys, rlsight.cli; p = rlsight.cli._build_parser(); "
+            "print('rlsight.check' in sys.modules); p.parse_args(['check', '--help'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "COLUMNS": "500"}).stdout
+    assert out.startswith("False\n")
+    assert f"run only this guard (repeatable): {', '.join(ALL_GUARDS)}" in " ".join(out.split())

@@ -176,3 +176,29 @@ def test_a_driver_waiting_on_actors_is_in_its_dispatching_span_and_names_them() 
     assert driver.waiting_on == ["policy/1"]
     assert policy.innermost is not None and policy.innermost.chain == ["rl.train.policy"]
     assert policy.waiting_on == []
+
+
+def test_of_spans_ending_together_the_one_read_last_is_a_process_last(tmp_path: Path) -> None:
+    """The read sorts each file's spans (a parent before the child that ends with it); the
+    span a process finished last is still the last read of those that ended together."""
+    from rlsight.analysis._read import read_span_columns
+    from rlsight.analysis.live import _last_spans
+
+    resource = {"service.instance.id": "run/driver/0/1", "rl.worker_group": "driver", "rl.rank": 0}
+    child = SpanRecord(trace_id="1" * 32, span_id="2" * 16, parent_span_id="1" * 16, name="child",
+                       start_ns=5, end_ns=9, attributes={}, resource=resource)
+    parent = SpanRecord(trace_id="1" * 32, span_id="1" * 16, parent_span_id=None, name="parent",
+                        start_ns=1, end_ns=9, attributes={}, resource=resource)
+    (tmp_path / "traces").mkdir()
+    with (tmp_path / "traces" / "driver-0-1.jsonl").open("w") as fh:
+        for s in (child, parent):  # as the SDK ends them: the child, then its parent
+            fh.write(json.dumps({"resourceSpans": [{"resource": {"attributes": [
+                {"key": k, "value": {"stringValue": str(v)}} for k, v in resource.items()]},
+                "scopeSpans": [{"spans": [{
+                    "traceId": s.trace_id, "spanId": s.span_id, "parentSpanId": s.parent_span_id or "",
+                    "name": s.name, "startTimeUnixNano": str(s.start_ns), "endTimeUnixNano": str(s.end_ns),
+                }]}]}]}) + "\n")
+    for cache in (False, True, True):
+        cols = read_span_columns(tmp_path, workers=1, cache=cache)[0]
+        assert _last_spans(cols) == {"run/driver/0/1": ("parent", 9)}
+    assert _last_spans(span_columns_from_records([child, parent])) == {"run/driver/0/1": ("parent", 9)}

@@ -60,11 +60,11 @@ def fingerprint() -> str:
     written by other code (another rlsight, or this one edited) never matches."""
     if not _FINGERPRINT:
         from rlsight import __version__
-        from rlsight.analysis import columns
+        from rlsight.analysis import _order, columns
         from rlsight.store import _lines, _reader
 
         digest = hashlib.blake2b(__version__.encode(), digest_size=16)
-        for module in (columns, _reader, _lines):
+        for module in (columns, _order, _reader, _lines):
             try:
                 digest.update(Path(str(module.__file__)).read_bytes())
             except OSError:

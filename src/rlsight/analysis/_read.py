@@ -13,6 +13,7 @@ so the result is always that of a serial read.
 from __future__ import annotations
 
 import gc
+import mmap
 import os
 import pickle
 import subprocess
@@ -23,11 +24,12 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from rlsight import _spare_worker
 from rlsight._spare_worker import PARALLEL_MIN_BYTES, usable_cpus
 from rlsight.analysis import _cache
+from rlsight.analysis._order import sort_part
 from rlsight.analysis.columns import ColumnBuilder, SpanColumns, concat_columns
 from rlsight.store._lines import PARSE_ERRORS, LineCursor, last_line_end
 from rlsight.store._reader import SpanBatch, SpanBlock, file_span_blocks, not_otlp, trace_files
@@ -119,6 +121,9 @@ def _run_job(job: _Job) -> _Parsed:
         tail, tail_skipped = _read_range(job.path, end, job.stop, LineCursor(lines))
     else:
         tail, tail_skipped = empty, []
+    # In canonical order, so that the table finds the run sorted (rlsight.analysis._order):
+    # each process of a shared read sorts the files it read.
+    body = sort_part(body)
     if job.save is not None and end > job.start:
         save, stat = job.save, job.save.stat
         _cache.save_entry(save.run_dir, job.path, _cache.CachedFile(
@@ -135,8 +140,11 @@ def read_span_columns(
 ) -> tuple[SpanColumns, list[SkippedRecord], int]:
     """Every span in ``<run_dir>/traces/*.jsonl`` as columns, the skipped lines, the file count.
 
-    The result is that of one serial pass over the JSON, in file order, whatever the cache
-    held and however the work was shared.
+    The files come in order, each file's spans in the analysis' canonical order
+    (:func:`rlsight.analysis._order.sort_part`); ``source_file``, ``source_line`` and
+    ``source_slot`` say where each span was read, so sorting by them gives the order of one
+    serial pass over the JSON. The skipped lines are in file order. The result is the same
+    whatever the cache held and however the work was shared.
 
     Args:
         run_dir: The run folder.
@@ -238,10 +246,11 @@ def shared_jobs(run: Callable[[Any], Any], jobs: Sequence[Any],
     ``run`` is a module-level function (pickled by name). The worker announces each job it
     starts and each result as it is done; this process takes a job only if the worker has
     not started it, and waits for the worker's results from there on. Results go through
-    files in a folder this process owns, not the pipe: a pipe is drained by a thread of this
-    process, which needs the GIL that this process's own reading holds, so a worker writing
-    a megabyte result into it waited on this process (measured: most of its time) and this
-    process, not seeing the worker's announcements behind it, read the worker's jobs too. A worker that
+    files in a folder this process owns, their columns mapped rather than copied
+    (:func:`_load_result`), not the pipe: a pipe is drained by a thread of this process, which
+    needs the GIL that this process's own reading holds, so a worker writing a megabyte
+    result into it waited on this process (measured: most of its time) and this process, not
+    seeing the worker's announcements behind it, read the worker's jobs too. A worker that
     cannot start or dies leaves its jobs to this process, so the result is always that of a
     serial run. ``done(job)`` is called here as each job's result arrives.
     """
@@ -300,7 +309,7 @@ class _Channel:
                     return
                 kind, index = head[:1], int.from_bytes(head[1:], "little")
                 # Our own child process wrote it; read without the lock (it releases the GIL).
-                result = pickle.loads(_result_path(self.folder, index).read_bytes()) if kind == b"r" else None
+                result = _load_result(_result_path(self.folder, index)) if kind == b"r" else None
                 with self.lock:
                     if kind == b"s":
                         self.first_started = index
@@ -338,6 +347,54 @@ def _result_path(folder: Path, index: int) -> Path:
     return folder / f"{index}.pickle"
 
 
+#: Alignment of each out-of-band buffer in a result file (a cache line; numpy wants 8 at least).
+_ALIGN: Final = 64
+
+
+def _save_result(path: Path, result: Any) -> None:
+    """Pickle ``result`` to ``path`` with its buffers (the numpy columns) out of band after the
+    pickle, each aligned, so that :func:`_load_result` maps them instead of copying them.
+
+    Layout: the count of sizes, the sizes (the pickle's, then each buffer's; 8 bytes each,
+    little-endian), the pickle, then the buffers.
+    """
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(result, protocol=5, buffer_callback=buffers.append)
+    raws = [buffer.raw() for buffer in buffers]
+    sizes = [len(data), *(raw.nbytes for raw in raws)]
+    with path.open("wb") as file:
+        file.write(b"".join(n.to_bytes(8, "little") for n in (len(sizes), *sizes)))
+        file.write(data)
+        for raw in raws:
+            file.write(b"\0" * (-file.tell() % _ALIGN))
+            file.write(raw)
+
+
+def _load_result(path: Path) -> Any:
+    """What :func:`_save_result` wrote, its columns mapped from the file (copy on write).
+
+    The worker's columns are half a run's: copied out of a pickle they were as much fresh
+    memory in this process, each page faulted in and zeroed before the copy (several ms per
+    10 MB on a virtual machine), while the file's pages are in the page cache already.
+    Mapping ``path`` keeps it readable after its folder is removed.
+    """
+    with path.open("rb") as file:
+        mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY)
+    view = memoryview(mapped)
+    count = int.from_bytes(view[:8], "little")
+    sizes = [int.from_bytes(view[8 * i:8 * i + 8], "little") for i in range(1, count + 1)]
+    at = 8 * (count + 1)
+    data, at = view[at:at + sizes[0]], at + sizes[0]
+    buffers = []
+    for size in sizes[1:]:
+        at += -at % _ALIGN
+        buffers.append(view[at:at + size])
+        at += size
+    if at > len(view):
+        raise ValueError(f"{path} is shorter than its sizes say")
+    return pickle.loads(data, buffers=buffers)  # our own child process wrote it
+
+
 def _stream_jobs(payload: tuple[Callable[[Any], Any], list[Any], str]) -> None:
     """Worker side of :func:`shared_jobs`: jobs from the last back, each announced on stdout
     (``s``, index) and, when done, its result pickled to a file of ``folder`` and announced
@@ -349,8 +406,7 @@ def _stream_jobs(payload: tuple[Callable[[Any], Any], list[Any], str]) -> None:
             out.write(b"s" + index.to_bytes(4, "little"))
             out.flush()
             result = run(jobs[index])
-            with _result_path(Path(folder), index).open("wb") as file:
-                pickle.dump(result, file, protocol=pickle.HIGHEST_PROTOCOL)
+            _save_result(_result_path(Path(folder), index), result)
             out.write(b"r" + index.to_bytes(4, "little"))
             out.flush()
 

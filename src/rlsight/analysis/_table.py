@@ -17,7 +17,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rlsight._semconv import DEVICES, RANK, SERVICE_NAME, STEP_SPAN, WORKER_GROUP
-from rlsight.analysis._sorting import lexsort, lexsort_unless_sorted
+from rlsight.analysis._order import canonical_order, renumber, reorder, timelines
+from rlsight.analysis._sorting import lexsort
 from rlsight.analysis.columns import SpanColumns
 from rlsight.analysis.model import Timeline
 from rlsight.store._schema import AttributeValue
@@ -101,40 +102,6 @@ def int_attribute(value: object, default: _D) -> int | _D:
         return int(value)
     except ValueError:
         return default
-
-
-def _reorder(cols: SpanColumns, order: I64) -> SpanColumns:
-    kept: dict[int, Mapping[str, AttributeValue]] = {}
-    if cols.kept_attributes:  # most runs keep no attributes: no inverse permutation to build
-        inverse = np.full(len(cols.start), -1, dtype=np.int64)
-        inverse[order] = np.arange(len(order))
-        kept = {int(inverse[i]): a for i, a in cols.kept_attributes.items() if inverse[i] >= 0}
-    return SpanColumns(
-        start=cols.start[order], end=cols.end[order], trace=cols.trace[order],
-        span_id=cols.span_id[order], parent_id=cols.parent_id[order], name=cols.name[order],
-        group=cols.group[order], bucket=cols.bucket[order], concurrent=cols.concurrent[order],
-        process=cols.process[order], thread=cols.thread[order], step_no=cols.step_no[order],
-        batch_size=cols.batch_size[order], prompts=cols.prompts[order], status=cols.status[order],
-        names=cols.names, groups=cols.groups, traces=cols.traces, resources=cols.resources,
-        process_keys=cols.process_keys,
-        kept_attributes=kept,
-        source_file=cols.source_file[order], source_line=cols.source_line[order],
-        source_slot=cols.source_slot[order], source_files=cols.source_files,
-        invalid_buckets=cols.invalid_buckets,
-    )
-
-
-def _renumber(values: I64, keys: list[str]) -> tuple[I64, list[str], list[int] | None]:
-    """Renumber interned ids so that id order is the sorted order of their keys; the old id
-    of each new one (``None``: the ids were in order already, ``values`` is returned as is)."""
-    if len(keys) < 2:  # one process, one trace: nothing to renumber
-        return values, keys, None
-    order = sorted(range(len(keys)), key=keys.__getitem__)
-    if order == list(range(len(keys))):  # already in sorted order
-        return values, keys, None
-    mapping = np.empty(len(keys), dtype=np.int64)
-    mapping[np.asarray(order, dtype=np.int64)] = np.arange(len(keys))
-    return (mapping[values] if len(values) else values), [keys[i] for i in order], order
 
 
 class _IdIndex:
@@ -286,53 +253,19 @@ def nearest_marked(parent: I64, marked: NDArray[np.bool_]) -> I64:
     return val
 
 
-def _timelines(process: I64, thread: I64, processes: int) -> tuple[I64, I64, I64]:
-    """Number the unique (process, thread) pairs in sorted order: per-span id, and the pairs."""
-    if len(process) == 0:
-        empty = np.zeros(0, np.int64)
-        return empty, empty, empty
-    if processes == 1 and thread.min() == thread.max():  # one thread of one process
-        return np.zeros(len(process), np.int64), process[:1].copy(), thread[:1].copy()
-    order = lexsort((thread, process))
-    p, t = process[order], thread[order]
-    new = np.empty(len(order), dtype=bool)
-    new[0] = True
-    new[1:] = (p[1:] != p[:-1]) | (t[1:] != t[:-1])
-    timeline = np.empty(len(order), dtype=np.int64)
-    timeline[order] = np.cumsum(new) - 1
-    return timeline, p[new], t[new]
-
-
-def _canonical_order(cols: SpanColumns, timeline: I64, timelines: int, traces: int) -> I64 | None:
-    """The permutation into canonical order (timeline, start, longest first, trace, span id),
-    or ``None`` where the columns are in it already.
-
-    Spans rarely start in the same nanosecond on one timeline, so (timeline, start) packed
-    into one key decides the order; the other keys only break its ties, and a key that is
-    the same for every span (one trace, one timeline) orders nothing.
-    """
-    ties = [cols.span_id, *([cols.trace] if traces > 1 else []), -cols.end]
-    if timelines <= 1:
-        return lexsort_unless_sorted(cols.start, ties)
-    lo = int(cols.start.min())
-    width = int(cols.start.max()) - lo + 1
-    if timelines * width >= 1 << 62:  # times too far apart to pack with the timeline
-        return lexsort((*ties, cols.start, timeline))
-    return lexsort_unless_sorted(timeline * width + (cols.start - lo), ties)
-
-
 def build_table(cols: SpanColumns) -> SpanTable:
     """Canonicalise ``cols`` and derive parents, depths, step anchors, timelines and ranks."""
-    process, process_keys, key_order = _renumber(cols.process, cols.process_keys)
-    trace, traces, trace_order = _renumber(cols.trace, cols.traces)
+    process, process_keys, key_order = renumber(cols.process, cols.process_keys)
+    trace, traces, trace_order = renumber(cols.trace, cols.traces)
     if key_order is not None or trace_order is not None:
         resources = cols.resources if key_order is None else [cols.resources[i] for i in key_order]
         cols = dataclasses.replace(cols, process=process, process_keys=process_keys, trace=trace,
                                    traces=traces, resources=resources)
-    timeline, tl_process, tl_thread = _timelines(cols.process, cols.thread, len(process_keys))
-    order = _canonical_order(cols, timeline, len(tl_process), len(traces))
+    timeline, tl_process, tl_thread = timelines(cols.process, cols.thread, len(process_keys))
+    order = canonical_order(cols.start, cols.end, cols.trace, cols.span_id, timeline, len(tl_process),
+                            len(traces))
     if order is not None:
-        cols = _reorder(cols, order)
+        cols = reorder(cols, order)
         timeline = timeline[order]
     # Deduplicate (trace, span id): keep the first in canonical order.
     # Span ids are random 64-bit numbers: when none repeats, no (trace, id) pair can, and
@@ -350,7 +283,7 @@ def build_table(cols: SpanColumns) -> SpanTable:
         duplicates = int(dup.sum())
         if duplicates:
             keep = np.flatnonzero(~dup)
-            cols = _reorder(cols, keep)
+            cols = reorder(cols, keep)
             timeline = timeline[keep]
     has_parent_id = cols.parent_id != 0
     parent, orphans = _find_parents(cols.trace, cols.span_id, cols.parent_id, has_parent_id,

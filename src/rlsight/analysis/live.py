@@ -69,10 +69,12 @@ def _medians(cols: SpanColumns, names: set[str]) -> dict[str, float]:
 
 
 def _last_spans(cols: SpanColumns) -> dict[str, tuple[str, int]]:
-    """Per process key: the name and end of the span it finished last."""
+    """Per process key: the name and end of the span it finished last; of spans that ended
+    together, the one read last (the read sorts each file's spans: the source columns keep
+    the order they were read in)."""
     if not len(cols):
         return {}
-    order = lexsort((cols.end, cols.process))
+    order = lexsort((cols.source_slot, cols.source_line, cols.source_file, cols.end, cols.process))
     proc = cols.process[order]
     last = order[np.r_[proc[1:] != proc[:-1], True]]
     return {cols.process_keys[int(cols.process[i])]: (cols.names[int(cols.name[i])], int(cols.end[i]))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Final
 
 import numpy as np
+from numpy.typing import NDArray
 
 from rlsight._semconv import STEP_SPAN
 from rlsight.analysis._intervals import covered_length
@@ -36,12 +37,12 @@ def span_steps(table: SpanTable, steps: Steps) -> list[SpanStepStat]:
     if not len(sel):
         return []
     key = cols.name[sel] * n_steps + steps.of_span[sel]
-    keys, cell = np.unique(key, return_inverse=True)
-    covered = covered_length(cell.astype(np.int64), cols.start[sel], cols.end[sel], len(keys))
+    keys, cell = _unique_inverse(key, len(cols.names) * n_steps)
+    covered = covered_length(cell, cols.start[sel], cols.end[sel], len(keys))
     cell_name = keys // n_steps
     # Each name's group: the rl.span_group of its first span that carries one.
     grouped = sel[cols.group[sel] != 0]
-    named, first = np.unique(cols.name[grouped], return_index=True)
+    named, first = _first_of_each(cols.name[grouped], len(cols.names))
     first_group = {int(n): cols.groups[int(g)]
                    for n, g in zip(named, cols.group[grouped[first]], strict=True)}
     order = np.argsort(cell_name, kind="stable")
@@ -55,3 +56,27 @@ def span_steps(table: SpanTable, steps: Steps) -> list[SpanStepStat]:
         ))
     out.sort(key=lambda s: (-s.total_ns, s.name))
     return out[:MAX_SPAN_STEP_NAMES]
+
+
+def _unique_inverse(values: NDArray[np.int64], bound: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """``np.unique(values, return_inverse=True)`` for values in ``[0, bound)``: by counting
+    where the range is small (span names times steps: thousands of keys for a million spans),
+    instead of sorting."""
+    if bound > 4 * len(values) + 1024:
+        keys, inverse = np.unique(values, return_inverse=True)
+        return keys, inverse.astype(np.int64, copy=False)
+    present = np.bincount(values, minlength=bound) > 0
+    index = np.cumsum(present) - 1
+    return np.flatnonzero(present), index[values]
+
+
+def _first_of_each(values: NDArray[np.int64], bound: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """``np.unique(values, return_index=True)`` for values in ``[0, bound)``: each distinct
+    value and the index of its first occurrence, without sorting where the range is small."""
+    if bound > 4 * len(values) + 1024:
+        distinct, first = np.unique(values, return_index=True)
+        return distinct, first
+    first = np.full(bound, len(values), dtype=np.int64)
+    np.minimum.at(first, values, np.arange(len(values)))
+    distinct = np.flatnonzero(first < len(values))
+    return distinct, first[distinct]

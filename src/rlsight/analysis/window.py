@@ -18,6 +18,7 @@ from typing import Any, Final
 import numpy as np
 
 from rlsight._semconv import STEP_SPAN
+from rlsight.analysis._order import reorder
 from rlsight.analysis._read import (
     collect_worker,
     gc_paused,
@@ -75,6 +76,12 @@ def window_spans(
         NoStepInRange: ``steps`` is given and no ``rl.step`` span is numbered within it.
     """
     cols, skipped, _ = read_span_columns(run_dir)
+    # The read puts each file's spans in canonical order; here "first" is first read (a
+    # repeated id keeps its first record, the cap keeps the first read of spans that start
+    # together), so the spans go back to the order they were read in: file, line, slot.
+    read_order = lexsort((cols.source_slot, cols.source_line, cols.source_file))
+    if (read_order[1:] < read_order[:-1]).any():
+        cols = reorder(cols, read_order)
     n = len(cols)
     # One slice per span, even where a retried export wrote a batch twice: the first read.
     first = np.ones(n, dtype=bool)

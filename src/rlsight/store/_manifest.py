@@ -10,7 +10,6 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import asdict
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -27,6 +26,10 @@ SUPPORTED_STORE_FORMATS: Final = frozenset({1})
 
 
 def _version(dist: str) -> str | None:
+    # Imported here: importlib.metadata costs ~20 ms, which a process that only reads a run
+    # (the report's reading worker) need not pay.
+    from importlib import metadata
+
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:

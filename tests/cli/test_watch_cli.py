@@ -206,7 +206,9 @@ def test_the_header_says_how_far_the_run_is_how_fast_it_goes_and_where_it_last_f
     assert doc["steps"] == 4 and doc["last_step"] == 5 and doc["total_steps"] == 12
     assert doc["errors"] == 2  # pytest.raises caught each inside its step, which went on
     assert doc["last_error"]["name"] == "rl.train.policy" and doc["last_error"]["worker_group"] == "driver"
+    assert doc["last_error"]["message"] == "RuntimeError: CUDA out of memory"
     # four steps ~20 ms apart end to end: three gaps over the first to the last end
     assert 60e9 / 0.5e9 < doc["steps_per_min"] < 60e9 / 0.02e9
     assert "in step 5 of 12 (about" in screen and "to go)" in screen and "steps/min" in screen
     assert "last error: rl.train.policy on driver/0" in screen and "(2 span(s) ended in error)" in screen
+    assert "ago: RuntimeError: CUDA out of memory (2" in screen

@@ -229,6 +229,8 @@ class ErrorSpan:
     worker_group: str
     rank: int
     end_unix_ns: int
+    message: str | None = None
+    """Its status message (the exception's type and text, scrubbed of secrets when written)."""
 
 
 def _last_error(cols: SpanColumns, errors: Any) -> ErrorSpan | None:
@@ -237,9 +239,16 @@ def _last_error(cols: SpanColumns, errors: Any) -> ErrorSpan | None:
     index = np.flatnonzero(errors)
     i = int(index[np.argmax(cols.end[index])])
     res = cols.resources[int(cols.process[i])]
+    message = None
+    if cols.source_file[i] >= 0:  # the columns keep no message: read that one span again
+        from rlsight.analysis.window import _read_records
+
+        records, _ = _read_records([(cols.source_files[int(cols.source_file[i])],
+                                     {int(cols.source_line[i]): {int(cols.source_slot[i])}})])
+        message = records[0].status_message or None if records else None
     return ErrorSpan(name=cols.names[int(cols.name[i])], process=cols.process_keys[int(cols.process[i])],
                      worker_group=str(res.get(WORKER_GROUP, "?")), rank=_int(res.get(RANK)) or 0,
-                     end_unix_ns=int(cols.end[i]))
+                     end_unix_ns=int(cols.end[i]), message=message)
 
 
 def _steps_per_min(step_ends: Any) -> float | None:

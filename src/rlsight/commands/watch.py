@@ -111,6 +111,11 @@ def _with_stacks(snapshot: WatchSnapshot) -> WatchSnapshot:
     return dataclasses.replace(snapshot, processes=processes)
 
 
+def _first_line(message: str, limit: int = 160) -> str:
+    line = message.strip().splitlines()[0] if message.strip() else ""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 def _rank_label(p: ProcessState) -> str:
     return f"{p.worker_group}/{p.rank}" + (" (exited)" if p.alive is False else "")
 
@@ -173,8 +178,9 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
             parts.append(Text(p.stack))
     if s.last_error is not None:
         e = s.last_error
+        said = f": {_first_line(e.message)}" if e.message else ""
         parts.append(Text(f"last error: {span_label(e.name)} on {e.worker_group}/{e.rank}, "
-                          f"{clock(max(0, s.now_unix_ns - e.end_unix_ns))} ago "
+                          f"{clock(max(0, s.now_unix_ns - e.end_unix_ns))} ago{said} "
                           f"({s.errors} span(s) ended in error)", style="red"))
     if s.skipped:
         parts.append(Text(f"{s.skipped} unreadable record(s) skipped", style="yellow"))

@@ -27,6 +27,7 @@ from opentelemetry.trace.status import Status, StatusCode
 
 from rlsight._batching import BatchingSpanProcessor
 from rlsight._lean import LeanSpan, LeanStarter
+from rlsight._stamps import stamps
 from rlsight.store._span_codec import (
     _CACHE_MAX,
     SpanCodec,
@@ -186,8 +187,11 @@ def _span(draw: st.DrawFn, tracers: Sequence[sdk_trace.Tracer]) -> ReadableSpan:
             from opentelemetry import context as otel_context
 
             token = otel_context.attach(ctx)
+        # Some share a stamp dict (rlsight._stamps), which the codec encodes once and reuses.
+        shared = plain and draw(st.booleans())
+        given = stamps(("codec-test", repr(list(attrs.items()))), attrs) if shared else dict(attrs)
         try:
-            span = _starter(tracer).start(name, dict(attrs), start)
+            span = _starter(tracer).start(name, given, start, shared)
         finally:
             if token is not None:
                 otel_context.detach(token)
@@ -361,8 +365,6 @@ def test_a_dict_spans_share_is_encoded_once_and_any_other_as_it_is_now() -> None
     """rlsight's shared stamp dicts (never changed) are encoded once; any other plain dict
     is read afresh on every span, so a hand-made span's dict changed between two batches is
     written as it is at each."""
-    from rlsight._stamps import stamps
-
     codec = SpanCodec(orjson.dumps)
     shared = stamps(("codec-test",), {"rl.span_group": "generation", "thread.id": 5})
     own = {"k": 1}

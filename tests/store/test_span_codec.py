@@ -235,13 +235,20 @@ def _starter(tracer: sdk_trace.Tracer) -> LeanStarter:
 
 def _queued(spans: Sequence[ReadableSpan], rows: StoreRows) -> list[Any]:
     """What a store processor taking ``rows`` queues for ``spans``: a row for each plain
-    span of the starter it adopts (the first one offered), the span itself for any other."""
+    span of the starter it adopts (the first one offered; made as ``LeanSpan.end`` makes it,
+    see ``rlsight._lean.Row``), the span itself for any other."""
     proc = BatchingSpanProcessor(lambda batch: True, name="t", interval_s=60,
                                  takes_rows=rows.adopt)
     try:
         for span in spans:
-            lean_end = proc.lean_on_end(span._starter) if type(span) is LeanSpan else None
-            (lean_end or proc.on_end)(span)
+            on_row = proc.lean_on_row(span._starter) if type(span) is LeanSpan else None
+            attrs = span._attributes
+            if on_row is not None and type(attrs) is dict:
+                context, parent = span._context, span._parent
+                on_row((span._start_time, span._end_time, context[0], context[1],
+                        0 if parent is None else parent[1], span._name, attrs))
+            else:
+                proc.on_end(span)
         return list(proc._queue)
     finally:
         proc._queue.clear()

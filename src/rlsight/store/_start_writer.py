@@ -84,6 +84,16 @@ class StartRecordProcessor(SpanProcessor):
         if self._open:
             self._open.pop(span._context[1], None)  # type: ignore[index]
 
+    def lean_on_row(self, starter: object) -> Callable[[tuple[Any, ...]], None]:
+        """What a plain span of rlsight's ``LeanStarter`` ends through (``rlsight._lean``):
+        :meth:`_row_ended`, with the row it makes once for every processor that takes one."""
+        return self._row_ended
+
+    def _row_ended(self, row: tuple[Any, ...]) -> None:
+        """:meth:`on_end` for a plain span's row (its span id is its fourth field)."""
+        if self._open:
+            self._open.pop(row[3], None)
+
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
             self.write_open()

@@ -153,6 +153,12 @@ class StepRollupProcessor(SpanProcessor):
             # watchdog). A worker imports it in the window thread, when its first window ends.
             import rlsight.analysis.online  # noqa: F401
 
+    @property
+    def open_spans(self) -> Mapping[int, Span]:
+        """The spans started and not yet ended, by span id (read only: app threads add and
+        remove them; the start records are written from it, see ``store._start_writer``)."""
+        return self._open
+
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         try:  # the SDK's own fields: a property read costs as much as the rest of this call
             sid, name = span._context[1], span._name  # type: ignore[index]  # SpanContext: a tuple

@@ -9,13 +9,17 @@ out when it ends; every ``interval_s`` a thread writes a record for each span fi
 last write that is still open, in one ``write``, and forgets it. A span that ends within the
 interval, as nearly all do, costs its thread one dict set and one dict pop, and is neither
 queued, encoded nor kept alive for the writer.
+
+Where the step roll-up runs (``rlsight._step_rollup``, every process with numpy), it keeps
+every open span in a dict of its own already; the writer reads that one instead
+(``open_spans``), and a span costs its thread nothing for its start record.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry.sdk.trace import SpanProcessor
@@ -34,6 +38,16 @@ if TYPE_CHECKING:
 __all__ = ["StartRecordProcessor", "start_lines"]
 
 
+def _is_live(span: Any) -> bool:
+    """Whether ``span`` gets a start record (see :mod:`rlsight.store._live`)."""
+    attrs: Any = span._attributes  # rlsight's processors see SDK spans only
+    if type(attrs) is not dict:  # a LeanSpan's plain dict, else the SDK's
+        attrs = span_attributes(span)
+    group = attrs.get(SPAN_GROUP)
+    # The two group lists tested here (no call for nearly every span); the rest in a call.
+    return group in LIVE_GROUPS or (group not in NEVER_LIVE and _marked_live(attrs, group))
+
+
 def _marked_live(attrs: Any, group: object) -> bool:
     """Whether a span of a ``group`` in neither list of ``store._live`` gets a start record:
     marked ``live=True``, or an umbrella."""
@@ -50,13 +64,17 @@ class StartRecordProcessor(SpanProcessor):
         sink: Where the record lines go (the process's live file).
         interval_s: How often the writer thread looks at the live spans filed since.
         on_error: Called (on the writing thread) with what a failed write raised.
+        open_spans: The open spans another processor keeps by span id (the step roll-up's):
+            when given, each write looks there for the spans opened since the last one, and
+            this processor files nothing (it need not be added to the provider).
     """
 
     #: It may be handed the span itself (rlsight._lean): it only reads it and files it.
     reads_span_in_place: Final = True
 
     def __init__(self, sink: Sink, *, interval_s: float,
-                 on_error: Callable[[BaseException], None] | None = None) -> None:
+                 on_error: Callable[[BaseException], None] | None = None,
+                 open_spans: Mapping[int, Span] | None = None) -> None:
         self._sink = sink
         self._interval = interval_s
         self._on_error = on_error
@@ -64,6 +82,10 @@ class StartRecordProcessor(SpanProcessor):
         #: order. App threads set and pop single keys; the writer copies it and pops what it
         #: wrote (each one operation under the GIL: no lock on the span path).
         self._open: dict[int, Span] = {}
+        self._watched = open_spans
+        #: With ``open_spans``: the ids among them the writer has looked at (and written if
+        #: live), kept while they stay open.
+        self._seen: set[int] = set()
         self._closed = False
         self._write_lock = threading.Lock()
         self._stop = threading.Event()
@@ -71,13 +93,7 @@ class StartRecordProcessor(SpanProcessor):
         self._thread.start()
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        attrs: Any = span._attributes  # rlsight's processors see SDK spans only
-        if type(attrs) is not dict:  # a LeanSpan's plain dict, else the SDK's
-            attrs = span_attributes(span)
-        group = attrs.get(SPAN_GROUP)
-        # The two group lists tested here (no call for nearly every span); the rest in a call.
-        live = group in LIVE_GROUPS or (group not in NEVER_LIVE and _marked_live(attrs, group))
-        if live and not self._closed:
+        if _is_live(span) and not self._closed:
             self._open[span._context[1]] = span  # type: ignore[index]
 
     def on_end(self, span: ReadableSpan) -> None:
@@ -104,12 +120,17 @@ class StartRecordProcessor(SpanProcessor):
         Returns whether the write went through (a failure goes to ``on_error``).
         """
         with self._write_lock:
-            filed = self._open
-            if not filed:
-                return True
-            spans = list(filed.values())
-            for sp in spans:
-                filed.pop(sp.context.span_id, None)
+            if self._watched is not None:
+                spans = self._opened_since()
+                if not spans:
+                    return True
+            else:
+                filed = self._open
+                if not filed:
+                    return True
+                spans = list(filed.values())
+                for sp in spans:
+                    filed.pop(sp.context.span_id, None)
             try:
                 data = start_lines(spans)
                 if data:
@@ -119,6 +140,19 @@ class StartRecordProcessor(SpanProcessor):
                     self._on_error(exc)
                 return False
             return True
+
+    def _opened_since(self) -> list[Span]:
+        """The live spans among ``open_spans`` opened since the last look, in start order."""
+        watched = self._watched
+        assert watched is not None
+        # Set operations on the keys: one C-level pass each, atomic under the GIL while app
+        # threads add and remove spans. Ids that closed since leave ``_seen``.
+        new = watched.keys() - self._seen
+        self._seen &= watched.keys()
+        if not new:
+            return []
+        self._seen |= new
+        return [sp for sid, sp in list(watched.items()) if sid in new and _is_live(sp)]
 
     def close(self) -> bool:
         """Stop the thread and write what is still open (the runtime bounds how long)."""

@@ -15,7 +15,9 @@ is inside: its attributes stay the plain dict rlsight already cleaned until some
 (then the SDK's ``BoundedAttributes``), its event and link lists are made on first use, the
 fields every span shares live on the class, and start and end call the provider's
 processors directly. rlsight's own processors (the store, start records, the step roll-up,
-OTLP: classes that declare ``reads_span_in_place``) get the span itself; any other (a
+OTLP: classes that declare ``reads_span_in_place``) get the span itself, or, at the end of a
+plain span, its :data:`Row` of fields, made once for those that file rows (the store, the
+roll-up); any other (a
 ``span_processors=`` entry, one added to the provider later) gets what the SDK gives it:
 ``on_start`` with the span, ``_on_ending``, and one ``ReadableSpan`` copy per end. The
 store encodes a LeanSpan from its fields as it does an SDK span (it overrides none of
@@ -255,7 +257,8 @@ class LeanSpan(_Span):
     ``_events``/``_links`` are an empty tuple until the first one is added; its ``_lock`` is
     made on first use (an end without one is guarded by a module lock); the fields every
     span of its starter shares are read from ``_starter``; :meth:`start` and :meth:`end` call
-    the starter's route (rlsight's processors) with the span itself.
+    the starter's route (rlsight's processors) with the span itself (a plain span's end, with
+    its :data:`Row` where a processor takes rows).
 
     Plain: its attributes were scalars within the limits, its context carries no trace state,
     and nothing was set on it since (no attribute, status, event or link: the first such

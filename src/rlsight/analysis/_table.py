@@ -9,7 +9,6 @@ Processes and traces are numbered in sorted order of their ids for the same reas
 from __future__ import annotations
 
 import dataclasses
-import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, TypeVar
@@ -130,11 +129,9 @@ def _renumber(values: I64, keys: list[str]) -> tuple[I64, list[str], list[int] |
     of each new one (``None``: the ids were in order already, ``values`` is returned as is)."""
     if len(keys) < 2:  # one process, one trace: nothing to renumber
         return values, keys, None
-    # Already in sorted order (the online roll-up numbers traces so): one C-level pass of
-    # comparisons, half the cost of sorting the positions to find the same.
-    if all(map(operator.le, keys[:-1], keys[1:])):
-        return values, keys, None
     order = sorted(range(len(keys)), key=keys.__getitem__)
+    if order == list(range(len(keys))):  # already in sorted order
+        return values, keys, None
     mapping = np.empty(len(keys), dtype=np.int64)
     mapping[np.asarray(order, dtype=np.int64)] = np.arange(len(keys))
     return (mapping[values] if len(values) else values), [keys[i] for i in order], order

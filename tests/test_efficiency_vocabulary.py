@@ -85,3 +85,35 @@ class TestReportedSeconds:
 
     def test_without_telemetry_it_does_nothing(self) -> None:
         record_efficiency_seconds("idle/barrier", 1.0)
+
+
+class TestAnUnusableCategoryAtTheEmitSite:
+    """A typo at an emit site warns and skips (telemetry never kills the run); the warning's
+    fix must be one that works: declaring a category that is not `<prefix>/<reason>` raises."""
+
+    @pytest.mark.parametrize("category", ["buffer_starvation", "idle/", "/wait", "idle/a/b"])
+    @pytest.mark.parametrize("emit", ["span", "seconds"])
+    def test_a_malformed_category_is_named_as_one_not_sent_to_declare(
+            self, capture: Capture, category: str, emit: str) -> None:
+        with pytest.warns(RlsightWarning) as caught:
+            if emit == "span":
+                with efficiency_span(category):
+                    pass
+            else:
+                record_efficiency_seconds(category, 1.0)
+        [message] = [str(w.message) for w in caught]
+        assert f"{category!r} is not an efficiency category" in message
+        assert "'<bucket>/<reason>'" in message and "declare_efficiency_categories" not in message
+        assert not capture.spans()
+        with pytest.raises(ValueError):
+            declare_efficiency_categories(category)
+
+    def test_a_prefix_that_is_no_bucket_is_told_to_declare_it_unbucketed(self, capture: Capture) -> None:
+        with pytest.warns(RlsightWarning, match=r"declare_efficiency_categories\('busy/x', bucketed=False\)"):
+            with efficiency_span("busy/x"):
+                pass
+
+    def test_a_well_formed_undeclared_category_is_told_to_declare_it(self, capture: Capture) -> None:
+        with pytest.warns(RlsightWarning, match=r"call declare_efficiency_categories\('idle/typo'\) at"):
+            with efficiency_span("idle/typo"):
+                pass

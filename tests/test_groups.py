@@ -176,6 +176,12 @@ class TestPending:
         assert "presets: " in message and "per_step" in message and "minimal" in message
         assert "namespaces: " in message and "rl" in message
 
+    def test_pending_name_near_a_registered_one_is_named_as_a_likely_typo(self) -> None:
+        _, [group] = _register_fresh()
+        typo = group[:-1]
+        with pytest.warns(RlsightWarning, match=f"names '{typo}' \\(did you mean '{group}'\\?\\)"):
+            set_span_group_spec(["per_step", typo])
+
     def test_pending_name_warns_only_once(self) -> None:
         name = _fresh("typo")
         with pytest.warns(RlsightWarning):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from rlsight import RL, TelemetryConfig, setup_telemetry, span
-from rlsight._host import accelerator_ids, host_attributes
+from rlsight._host import accelerator_ids, host_attributes, pid_alive
 
 
 def _resource(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **env: str) -> dict[str, object]:
@@ -86,3 +86,28 @@ class TestHost:
 
     def test_hostname_alone_is_not_a_pod(self, tmp_path: Path) -> None:
         assert host_attributes({"HOSTNAME": "laptop"}, tmp_path / "missing") == {}
+
+
+def test_a_killed_process_its_parent_has_not_reaped_is_not_alive() -> None:
+    """A rank killed under a driver that hangs (and so never waits on it) is a zombie: its pid
+    still answers signal 0, but nothing runs, so `rlsight watch` must mark it exited."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert pid_alive(child.pid)
+        os.kill(child.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the child did not die"
+            time.sleep(0.01)
+        assert not pid_alive(child.pid)  # not reaped yet: a zombie
+    finally:
+        child.kill()
+        child.wait()
+    assert not pid_alive(child.pid)
+    assert pid_alive(os.getpid())

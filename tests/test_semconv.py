@@ -18,7 +18,7 @@ FROZEN = {
     "SETUP_SPAN_PREFIX": "rl.setup.", "LOAD_MODEL_SPAN": "rl.worker.load_model",
     "DISCARD_SPAN": "rl.discard", "EFFICIENCY_SPAN_PREFIX": "rl.efficiency.",
     "TIMER_SPAN_PREFIX": "rl.timer.",
-    "STEP": "rl.step", "BUCKET": "rl.bucket", "SPAN_GROUP": "rl.span_group",
+    "STEP": "rl.step", "TOTAL_STEPS": "rl.total_steps", "BUCKET": "rl.bucket", "SPAN_GROUP": "rl.span_group",
     "CONCURRENT": "rl.concurrent", "THREAD_ID": "thread.id", "LIVE": "rl.live",
     "EFFICIENCY_CATEGORY": "rl.efficiency.category",
     "EFFICIENCY_MEASUREMENT": "rl.efficiency.measurement", "BACKEND": "rl.backend",

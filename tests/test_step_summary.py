@@ -194,6 +194,19 @@ class TestLastStepSummary:
             proc.cut()
             assert proc._rows == []
 
+    def test_a_span_that_started_before_the_processor_is_filed_as_it_ends(self, tmp_path):
+        """A span the roll-up never saw start (it was open when the processor was added)
+        ends like any other: its row is filed and nothing raises."""
+        from rlsight._step_rollup import StepRollupProcessor
+
+        with rlsight.setup_telemetry(_config(tmp_path / "r")) as t:
+            proc = next(p for p in t._tracer_provider._active_span_processor._span_processors
+                        if isinstance(p, StepRollupProcessor))
+            with rlsight.span(RL.TRAINING, "rl.train.policy") as span:
+                proc._open.clear()  # as if it had started before the processor was added
+            assert proc._rows[-7:][3] == span.get_span_context().span_id
+            assert proc._open == {}
+
 
 # -- property: random span trees with explicit times -------------------------------------------
 

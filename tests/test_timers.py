@@ -141,6 +141,29 @@ class TestTimerBridge:
         assert list(timing_raw) == ["gen"] and timing_raw["gen"] >= 0.005
         assert capture.span_names().count("rl.timer.gen") == 2
 
+    def test_wrap_finds_a_label_passed_by_keyword(self, capture: Capture) -> None:
+        """`marked_timer(name="gen", timing_raw=t)` is a call the framework may make: the
+        wrapper must not refuse it (a TypeError in the trainer's own timing line)."""
+        marked_timer = TimerBridge(BRIDGE_TABLE).wrap(verl_marked_timer)
+        timing_raw: dict[str, float] = {}
+        with marked_timer(name="gen", timing_raw=timing_raw):  # type: ignore[call-arg]
+            pass
+        timer = NemoTimer()
+        timer.time = TimerBridge(BRIDGE_TABLE).wrap(timer.time)  # type: ignore[method-assign]
+        with timer.time(label="update_actor"):  # type: ignore[call-arg]
+            pass
+        assert "gen" in timing_raw and len(timer.elapsed["update_actor"]) == 1
+        assert capture.span_names() == ["rl.timer.gen", "rl.train.policy"]
+
+    def test_a_call_the_timer_itself_refuses_fails_as_it_would_unwrapped(self, capture: Capture) -> None:
+        marked_timer = TimerBridge(BRIDGE_TABLE).wrap(verl_marked_timer)
+        with pytest.raises(TypeError) as wrapped:
+            marked_timer()  # type: ignore[call-arg]
+        with pytest.raises(TypeError) as plain:
+            verl_marked_timer()  # type: ignore[call-arg]
+        assert str(wrapped.value) == str(plain.value)
+        assert capture.span_names() == []
+
     def test_wrap_of_a_timer_method(self, capture: Capture) -> None:
         timer = NemoTimer()
         timer.time = TimerBridge(BRIDGE_TABLE).wrap(timer.time)  # type: ignore[method-assign]

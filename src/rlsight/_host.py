@@ -99,11 +99,25 @@ def accelerator_ids(env: Mapping[str, str]) -> tuple[str, ...]:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs on this host (signal 0 checks without sending anything)."""
+    """Whether process ``pid`` runs on this host (signal 0 checks without sending anything).
+
+    A process killed while its parent does not wait on it (a rank under a hung driver) stays a
+    zombie: its pid answers signal 0, yet nothing runs, so it counts as not alive.
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True  # it exists, under another user
-    return True
+        pass  # it exists, under another user
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` is a zombie, by its state in ``/proc`` (false where there is no procfs)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return False
+    # The command name in parentheses may hold spaces and ")": the state follows the last one.
+    return stat[stat.rfind(")") + 1:].split()[:1] == ["Z"]

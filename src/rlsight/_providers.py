@@ -276,7 +276,7 @@ class ProviderBuilder:
 
     def _build_start_records(self, tp: TracerProvider, path: Path) -> None:
         """Start records of long-lived spans (``rlsight watch``, the report's post-mortem)."""
-        from rlsight.store._live import process_line
+        from rlsight.store import _live
         from rlsight.store._sink import FileSink
         from rlsight.store._start_writer import StartRecordProcessor
 
@@ -287,13 +287,14 @@ class ProviderBuilder:
             from rlsight.store._ray_sink import ShippingSink
 
             sink = ShippingSink(local, self._shipper, "live")
-        sink.write(process_line(self.resource_attributes))
+        heartbeat_s = _live.HEARTBEAT_S
+        sink.write(_live.process_line(self.resource_attributes, heartbeat_s))
         self._starts_sink = sink
         # Where the roll-up runs, it keeps the open spans already: the start records are
         # written from those, and spans are not filed a second time.
         open_spans = None if self._rollup is None else self._rollup.open_spans
         self._starts = StartRecordProcessor(
-            sink, interval_s=_STORE_INTERVAL_MS / 1000,
+            sink, interval_s=_STORE_INTERVAL_MS / 1000, heartbeat_s=heartbeat_s,
             on_error=lambda exc: self.report_internal_error("store-live", exc),
             open_spans=open_spans,
         )

@@ -32,6 +32,9 @@ TIMER_SPAN_PREFIX: Final = "rl.timer."
 # -- span attributes ----------------------------------------------------------------------
 #: The int step number on ``rl.step`` spans and on teed metric points.
 STEP: Final = "rl.step"
+#: The run's planned number of steps, on ``rl.job`` (``job_span(total_steps=200)``):
+#: ``rlsight watch`` says "step 118 of 200" and how long the rest should take.
+TOTAL_STEPS: Final = "rl.total_steps"
 #: A bucketed span's bucket (``productive | overhead | idle | wasted``).
 BUCKET: Final = "rl.bucket"
 #: The span group the span was gated on.

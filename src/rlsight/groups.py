@@ -14,6 +14,7 @@ much as a ``dict.get``.
 
 from __future__ import annotations
 
+import difflib
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -160,6 +161,13 @@ class _Registry:
             + "; namespaces: " + (", ".join(sorted(self.namespaces)) or "none")
         )
 
+    def did_you_mean(self, name: str) -> str:
+        """`` (did you mean 'per_step'?)`` for the registered name nearest a pending one, or
+        an empty string: a pending name is most often a typo of one of them."""
+        known = sorted({*GATE.groups, *self.presets, ALL, *self.namespaces})
+        match = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        return f" (did you mean {match[0]!r}?)" if match else ""
+
     def publish(self) -> None:
         self.resolution = self.resolve(self.spec)
         enabled = self.resolution.enabled if GATE.active else frozenset()
@@ -292,11 +300,12 @@ def set_span_group_spec(spec: Iterable[str] | str) -> SpanGroupResolution:
         REGISTRY.publish()
         resolution = REGISTRY.resolution
         described = REGISTRY.describe()
+        guesses = {name: REGISTRY.did_you_mean(name) for name in resolution.pending}
     for name in resolution.pending:
         warn_once(
             f"pending-span-group:{name}",
-            f"span group spec names {name!r}, which no group, preset or namespace registered in "
-            f"this process owns; it stays pending until one registers it ({described})",
+            f"span group spec names {name!r}{guesses[name]}, which no group, preset or namespace "
+            f"registered in this process owns; it stays pending until one registers it ({described})",
             stacklevel=2,
         )
     return resolution

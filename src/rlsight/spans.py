@@ -206,7 +206,11 @@ def umbrella_span(group: str, name: str, /, **attributes: Any) -> SpanContextMan
 
 
 def job_span(**attributes: Any) -> SpanContextManager:
-    """The run's root span, ``rl.job``; open it once in the driver around everything."""
+    """The run's root span, ``rl.job``; open it once in the driver around everything.
+
+    ``total_steps=N`` (recorded as ``rl.total_steps``) lets ``rlsight watch`` say how far the run
+    is and how long the rest should take.
+    """
     if RL.JOB not in GATE.enabled:
         return NOOP
     return _JobSpan(RL.JOB, JOB_SPAN, attributes, umbrella=True)
@@ -382,27 +386,48 @@ def declare_efficiency_categories(*categories: str, bucketed: bool = True) -> No
             a bucket, or an unbucketed one's prefix is a bucket name.
     """
     for category in categories:
-        prefix, sep, reason = category.partition("/")
-        if not sep or not reason or not prefix or "/" in reason:
-            raise ValueError(
-                f"efficiency category {category!r} must look like '<bucket>/<reason>' with "
-                "bucket one of productive, overhead, idle, wasted (e.g. 'idle/buffer_starvation'), "
-                "or '<prefix>/<reason>' with bucketed=False"
-            )
-        if bucketed and prefix not in _BUCKET_NAMES:
-            raise ValueError(
-                f"efficiency category {category!r} must look like '<bucket>/<reason>' with "
-                "bucket one of productive, overhead, idle, wasted (e.g. 'idle/buffer_starvation'); "
-                "declare it with bucketed=False if its time belongs to no bucket"
-            )
-        if not bucketed and prefix in _BUCKET_NAMES:
-            raise ValueError(
-                f"efficiency category {category!r} is declared with bucketed=False but its prefix "
-                f"is the bucket {prefix!r}; drop bucketed=False or pick another prefix"
-            )
+        problem = _category_problem(category, bucketed)
+        if problem is not None:
+            raise ValueError(problem)
+        prefix = category.partition("/")[0]
         name = EFFICIENCY_SPAN_PREFIX + category.replace("/", ".")
         with _EFFICIENCY_LOCK:
             _EFFICIENCY[category] = (name, Bucket(prefix) if bucketed else None)
+
+
+def _category_problem(category: str, bucketed: bool) -> str | None:
+    """Why ``category`` cannot be declared with ``bucketed``, or ``None`` when it can."""
+    prefix, sep, reason = category.partition("/")
+    if not sep or not reason or not prefix or "/" in reason:
+        return (f"efficiency category {category!r} must look like '<bucket>/<reason>' with "
+                "bucket one of productive, overhead, idle, wasted (e.g. 'idle/buffer_starvation'), "
+                "or '<prefix>/<reason>' with bucketed=False")
+    if bucketed and prefix not in _BUCKET_NAMES:
+        return (f"efficiency category {category!r} must look like '<bucket>/<reason>' with "
+                "bucket one of productive, overhead, idle, wasted (e.g. 'idle/buffer_starvation'); "
+                "declare it with bucketed=False if its time belongs to no bucket")
+    if not bucketed and prefix in _BUCKET_NAMES:
+        return (f"efficiency category {category!r} is declared with bucketed=False but its prefix "
+                f"is the bucket {prefix!r}; drop bucketed=False or pick another prefix")
+    return None
+
+
+def _warn_undeclared(category: str, skipped: str) -> None:
+    """Warn once that an emit site used ``category``, which was never declared, with a fix that
+    works: the declaration it needs, or, for a name no declaration accepts, the shape to use."""
+    if _category_problem(category, bucketed=True) is None:
+        problem = (f"efficiency category {category!r} was never declared; call "
+                   f"declare_efficiency_categories({category!r}) at import")
+    elif _category_problem(category, bucketed=False) is None:
+        problem = (f"efficiency category {category!r} was never declared, and its prefix is no "
+                   "bucket (productive, overhead, idle, wasted); call "
+                   f"declare_efficiency_categories({category!r}, bucketed=False) at import, or "
+                   "name a bucket")
+    else:
+        problem = (f"{category!r} is not an efficiency category: categories look like "
+                   "'<bucket>/<reason>' (e.g. 'idle/buffer_starvation')")
+    warn_once(f"efficiency-undeclared:{category}", f"rlsight: {problem}. The {skipped} skipped",
+              stacklevel=3)
 
 
 def efficiency_table() -> dict[str, tuple[str, Bucket | None]]:
@@ -450,12 +475,7 @@ def efficiency_span(category: str, *, concurrent: bool = False) -> SpanContextMa
         return NOOP
     declared = _EFFICIENCY.get(category)
     if declared is None:
-        warn_once(
-            f"efficiency-undeclared:{category}",
-            f"rlsight: efficiency category {category!r} was never declared; call "
-            f"declare_efficiency_categories({category!r}) at import. The span is skipped",
-            stacklevel=2,
-        )
+        _warn_undeclared(category, "span is")
         return NOOP
     name, bucket = declared
     return LiveSpan(RL.EFFICIENCY, name, _CONCURRENT_MEASUREMENT if concurrent else _SPAN_MEASUREMENT,
@@ -483,12 +503,7 @@ def record_efficiency_seconds(category: str, seconds: float) -> None:
     if rt is None:
         return
     if category not in _EFFICIENCY:
-        warn_once(
-            f"efficiency-undeclared:{category}",
-            f"rlsight: efficiency category {category!r} was never declared; call "
-            f"declare_efficiency_categories({category!r}) at import. The seconds are skipped",
-            stacklevel=2,
-        )
+        _warn_undeclared(category, "seconds are")
         return
     if not (isinstance(seconds, (int, float)) and 0 <= seconds < float("inf")):
         warn_once(

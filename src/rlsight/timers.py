@@ -13,13 +13,14 @@ timed by the framework, opens no span, and is reported once per bridge.
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, MutableMapping
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Concatenate, Final, Generic, ParamSpec, TypeVar
+from typing import Any, Concatenate, Final, Generic, ParamSpec, TypeVar, cast
 
 from opentelemetry.trace import Span
 
@@ -68,6 +69,18 @@ class _Timed:
 
     async def __aexit__(self, *exc_info: object) -> None:  # never reached: __aenter__ refuses
         raise AssertionError("unreachable")
+
+
+def _label_parameter(timer: Callable[..., object]) -> str | None:
+    """The name of ``timer``'s first parameter (``name`` for verl's ``marked_timer``), through
+    which a call may pass the label by keyword; ``None`` when its signature cannot be read."""
+    try:
+        parameters = list(inspect.signature(timer).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    first = parameters[0] if parameters else None
+    keywordable = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return first.name if first is not None and first.kind in keywordable else None
 
 
 class _Wrapped(Generic[T]):
@@ -176,14 +189,21 @@ class TimerBridge:
     ) -> Callable[Concatenate[str, P], AbstractContextManager[T]]:
         """Wrap the framework's own timer function so each call also spans its label.
 
-        ``timer`` is called exactly as before (``timer(label, *args, **kwargs)``) and keeps
-        doing all it did (filling its dict, NVTX ranges...); the label's span encloses it.
+        ``timer`` is called exactly as before (``timer(label, *args, **kwargs)``, or with the
+        label by its parameter's name, ``marked_timer(name="gen", ...)``) and keeps doing all it
+        did (filling its dict, NVTX ranges...); the label's span encloses it.
         NeMo-RL: ``timer.time = bridge.wrap(timer.time)``; verl:
         ``marked_timer = bridge.wrap(marked_timer)``.
         """
 
-        def timed(label: str, /, *args: P.args, **kwargs: P.kwargs) -> AbstractContextManager[T]:
-            return _Wrapped(timer(label, *args, **kwargs), self._span(label))
+        keyword = _label_parameter(timer)
+
+        def timed(*args: Any, **kwargs: Any) -> AbstractContextManager[T]:
+            # The label is the first argument, positional or (``name="gen"``) by its name; a
+            # call without one is the timer's own business, and fails as it would unwrapped.
+            label = args[0] if args else kwargs.get(keyword) if keyword is not None else None
+            inner = timer(*args, **kwargs)
+            return _Wrapped(inner, self._span(label)) if isinstance(label, str) else inner
 
         timed.__wrapped__ = timer  # type: ignore[attr-defined]
-        return timed
+        return cast("Callable[Concatenate[str, P], AbstractContextManager[T]]", timed)

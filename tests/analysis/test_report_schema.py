@@ -12,9 +12,12 @@ import jsonschema
 import pytest
 from _build import RunBuilder, analyze
 from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_properties import build, runs
 
-from rlsight.analysis.schema import SCHEMA_FILE, report_json_schema
+from rlsight.analysis._from_json import from_json
+from rlsight.analysis.model import RunReport
+from rlsight.analysis.schema import SCHEMA_FILE, report_json_schema, report_problems
 from rlsight.cli import EXIT_OK, main
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -30,6 +33,24 @@ def _strict_validator(schema: dict[str, Any]) -> jsonschema.protocols.Validator:
 
 
 _VALIDATOR = _strict_validator(json.loads(SCHEMA_FILE.read_text(encoding="utf-8")))
+
+
+def _reading_schema() -> dict[str, Any]:
+    """The published schema less the fields the model defaults: what a reader must accept from
+    an earlier rlsight that did not write them yet."""
+    import dataclasses
+
+    from rlsight.analysis import model
+
+    schema = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    for name, node in [("RunReport", schema), *schema["$defs"].items()]:
+        defaulted = {f.name for f in dataclasses.fields(getattr(model, name))
+                     if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
+        node["required"] = [k for k in node["required"] if k not in defaulted]
+    return schema
+
+
+_READING = _strict_validator(_reading_schema())
 
 
 def _errors(document: dict[str, Any]) -> list[str]:
@@ -112,6 +133,95 @@ class TestReportsSatisfyIt:
     @settings(max_examples=40, deadline=None)
     def test_every_random_run_validates(self, case: Any) -> None:
         assert _errors(json.loads(json.dumps(analyze(build(*case)).to_dict()))) == []
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 10**12) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+def _paths(node: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [at] if at else []
+    children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, child in children:
+        out += _paths(child, (*at, key))
+    return out
+
+
+def _builds(document: dict[str, Any]) -> bool:
+    """What the model's constructors accept, the check aside."""
+    try:
+        from_json(RunReport, {k: v for k, v in document.items() if k != "schema_version"})
+    except Exception:
+        return False
+    return True
+
+
+class TestReportProblems:
+    """``report_problems`` is the published schema (strict integers) plus the bucket partition
+    the model enforces: it passes exactly the documents both accept."""
+
+    _RICH = _document(_rich_run())
+
+    @given(st.data())
+    @settings(max_examples=150, deadline=None)
+    def test_it_agrees_with_jsonschema_and_the_model_on_damaged_reports(self, data: st.DataObject) -> None:
+        doc = json.loads(json.dumps(self._RICH))
+        path = data.draw(st.sampled_from(_paths(doc)))
+        parent = doc
+        for key in path[:-1]:
+            parent = parent[key]
+        if data.draw(st.booleans()) and isinstance(parent, dict):
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = data.draw(_JSON)
+        problems = report_problems(doc)
+        errors = [e.message for e in _READING.iter_errors(doc)]
+        assert (problems == []) == (errors == [] and _builds(doc)), (path, problems, errors)
+
+    def test_a_real_report_has_none(self) -> None:
+        assert report_problems(self._RICH) == []
+
+    def test_buckets_that_do_not_add_up_are_a_problem(self) -> None:
+        """The model refuses them (as a rollup bug); a saved file must be refused before that."""
+        doc = json.loads(json.dumps(self._RICH))
+        doc["steps"][0]["buckets"]["idle_ns"] += 1
+        [problem] = report_problems(doc)
+        assert problem.startswith("steps[0].buckets: the buckets sum to")
+        assert not _builds(doc)
+
+    def test_a_report_saved_before_a_field_was_added_still_reads(self) -> None:
+        """Fields with a model default came after schema_version 1 was published: a baseline
+        saved by an earlier rlsight lacks them, and ``rlsight diff`` must still read it."""
+        import dataclasses
+
+        from rlsight.analysis.columns import span_columns_from_records
+        from rlsight.analysis.live import post_mortem
+        from rlsight.store._live import LiveProcess, LiveReadResult
+
+        killed = LiveProcess("p", {"service.instance.id": "p"}, opened_ns=1, heartbeat_s=10.0)
+        pm = post_mortem(span_columns_from_records([]), LiveReadResult(processes={"p": killed}))
+        doc = json.loads(json.dumps(self._RICH))
+        doc["postmortem"] = json.loads(json.dumps(dataclasses.asdict(pm)))
+        assert report_problems(doc) == [] and doc["postmortem"]["processes"]
+        for proc in doc["postmortem"]["processes"]:
+            del proc["silent"], proc["last_heard_unix_ns"], proc["stack"]
+        del doc["postmortem"]["stall_records"]
+        assert report_problems(doc) == []
+        report = RunReport.from_dict(doc)
+        assert report.postmortem is not None and report.postmortem.processes[0].silent is False
+        del doc["postmortem"]["processes"][0]["clean_shutdown"]  # a field every version wrote
+        assert report_problems(doc) == ["postmortem.processes[0]: lacks clean_shutdown"]
+
+    def test_each_problem_names_its_field(self) -> None:
+        doc = json.loads(json.dumps(self._RICH))
+        doc["summary"]["steps"] = 6.0
+        del doc["fleets"]
+        assert report_problems(doc) == [
+            "lacks fleets", "summary.steps: is 6.0 (a number), expected an integer"]
 
 
 # -- docs/cli.md's field table agrees with the schema ------------------------------------------

@@ -75,8 +75,39 @@ def test_traced_actor_decorates_every_public_method(minirl: FixtureProject) -> N
     assert minirl.violations("carriers") == []
 
 
-def test_no_decorated_method_is_a_violation(minirl: FixtureProject) -> None:
+def test_no_decorated_method_names_each_dispatch(minirl: FixtureProject) -> None:
+    """Carriers sent but no method decorated: each call site is named, not "nothing to check"."""
     minirl.mutate(ACTORS, "    @accepts_trace_context\n    def sample(", "    def sample(")
     minirl.mutate(ACTORS, "    @accepts_trace_context\n    async def score(", "    async def score(")
-    problems = [v.problem for v in minirl.violations("carriers")]
-    assert "found nothing to check: no @accepts_trace_context method was found" in problems
+    violations = minirl.violations("carriers")
+    assert violations
+    assert not any("found nothing to check" in v.problem for v in violations)
+    sample = minirl.line_of(TRAINER, "dispatch_with_trace_context(sampler.sample")
+    assert any(
+        (v.path, v.line) == (TRAINER, sample) and "a trace carrier is sent to 'sample'" in v.problem
+        and "@accepts_trace_context" in v.fix
+        for v in violations
+    )
+
+
+def test_no_dispatch_at_all_names_each_decorated_method(minirl: FixtureProject) -> None:
+    """Methods decorated but no carrier sent anywhere: each method is named, with the fix."""
+    minirl.mutate(TRAINER, "scorer.score.remote(completions, **carrier)", "scorer.score.remote(completions)")
+    minirl.mutate(TRAINER, "dispatch_with_trace_context(sampler.sample, ", "sampler.sample.remote(")
+    violations = minirl.violations("carriers")
+    assert not any("found nothing to check" in v.problem for v in violations)
+    score = minirl.line_of(ACTORS, "async def score(")
+    [at_score] = [v for v in violations if (v.path, v.line) == (ACTORS, score)]
+    assert at_score.problem.startswith("Scorer.score accepts a trace carrier")
+    assert "no call in src/minirl sends a carrier" in at_score.problem
+    assert "dispatch_with_trace_context(handle.score, ...)" in at_score.fix
+
+
+def test_a_project_without_carriers_is_nothing_to_check(minirl: FixtureProject) -> None:
+    minirl.mutate(ACTORS, "    @accepts_trace_context\n    def sample(", "    def sample(")
+    minirl.mutate(ACTORS, "    @accepts_trace_context\n    async def score(", "    async def score(")
+    minirl.mutate(TRAINER, "scorer.score.remote(completions, **carrier)", "scorer.score.remote(completions)")
+    minirl.mutate(TRAINER, "dispatch_with_trace_context(sampler.sample, ", "sampler.sample.remote(")
+    [violation] = minirl.violations("carriers")
+    assert violation.problem.startswith("found nothing to check")
+    assert "drop this guard" in violation.fix

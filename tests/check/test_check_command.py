@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from _check_support import FixtureProject
 
+from rlsight.check import load_check_config, run_check
 from rlsight.commands import check as check_command
 
 
@@ -104,3 +105,46 @@ def test_installed_cli_runs_check_as_a_subprocess(minirl: FixtureProject) -> Non
     )
     assert failing.returncode == 1
     assert "rl.setup.pool" in failing.stdout
+
+
+def _tiny_project(root: Path, guards: str = "") -> Path:
+    """A day-one user project: spans and a span table, no waits, no Ray hops, no teed scalars,
+    no generated blocks."""
+    (root / "src" / "tiny").mkdir(parents=True)
+    (root / "docs").mkdir()
+    (root / "pyproject.toml").write_text(f'[tool.rlsight.check]\npaths = ["src/tiny"]\n{guards}')
+    (root / "src" / "tiny" / "__init__.py").write_text("")
+    (root / "src" / "tiny" / "loop.py").write_text(
+        "from rlsight import RL, job_span, span, step_span\n\n\n"
+        "def main():\n    with job_span():\n        for step in range(3):\n"
+        '            with step_span(step), span(RL.GENERATION, "tiny.generate"):\n'
+        "                pass\n"
+    )
+    (root / "docs" / "spans.md").write_text("| span | group |\n|---|---|\n| `tiny.generate` | generation |\n")
+    return root / "pyproject.toml"
+
+
+def test_a_day_one_project_passes_the_default_guards_it_does_not_use(tmp_path: Path) -> None:
+    """With `guards` left at its default, a feature the project does not use at all (waits,
+    carriers, teed scalars, generated blocks) is not "found nothing to check"."""
+    report = run_check(load_check_config(pyproject=_tiny_project(tmp_path)))
+    assert report.ok, [v.problem for v in report.violations]
+    assert len(report.results) == 7
+
+
+def test_a_guard_named_in_guards_still_needs_something_to_check(tmp_path: Path) -> None:
+    guards = 'guards = ["span-names", "efficiency-categories", "carriers", "logger-keys"]\n'
+    report = run_check(load_check_config(pyproject=_tiny_project(tmp_path, guards)))
+    nothing = {v.guard for v in report.violations if v.problem.startswith("found nothing to check")}
+    assert nothing == {"efficiency-categories", "carriers", "logger-keys"}
+
+
+def test_a_half_used_feature_still_fails_with_the_default_guards(tmp_path: Path) -> None:
+    """A declared logger key that nothing produces is drift, named or not."""
+    pyproject = _tiny_project(tmp_path)
+    (tmp_path / "src" / "tiny" / "metrics.py").write_text(
+        "from rlsight.metrics import MetricSpec, register_metric_group\n"
+        'register_metric_group("tiny", [MetricSpec("tiny.loss", "train/loss", "gauge", "1", "loss")])\n'
+    )
+    report = run_check(load_check_config(pyproject=pyproject))
+    assert [v.guard for v in report.violations] == ["logger-keys"]

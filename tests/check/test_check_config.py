@@ -78,3 +78,13 @@ def test_unparsable_toml_is_an_input_error(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text("[tool.rlsight.check\n")
     with pytest.raises(CheckInputError, match="cannot read"):
         load_check_config(tmp_path)
+
+
+def test_guards_named_says_whether_the_guard_list_was_chosen(tmp_path: Path) -> None:
+    """Only a named guard list makes `generated-docs` require a block."""
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text("[tool.rlsight.check]\npaths = ['.']\n")
+    assert not load_check_config(pyproject=pyproject).guards_named
+    assert load_check_config(pyproject=pyproject).with_overrides(guards=["carriers"]).guards_named
+    pyproject.write_text("[tool.rlsight.check]\nguards = ['carriers']\n")
+    assert load_check_config(pyproject=pyproject).guards_named

@@ -65,9 +65,29 @@ def test_unclosed_block_fails(with_blocks: FixtureProject) -> None:
     assert "generated block 'presets' is never closed" in problems
 
 
-def test_no_blocks_is_a_violation(minirl: FixtureProject) -> None:
+def test_no_blocks_is_a_violation_when_the_guard_is_named(minirl: FixtureProject) -> None:
     [violation] = minirl.violations("generated-docs")
     assert violation.problem.startswith("found nothing to check")
+
+
+def test_a_new_project_with_default_guards_passes_without_blocks(minirl: FixtureProject) -> None:
+    """A user project's first ``rlsight check``: no `guards` key, docs of its own, no block.
+
+    The blocks publish rlsight's tables, which a user's docs have no reason to carry, so
+    with the default guards a docs folder without any block is not a failure.
+    """
+    minirl.mutate("pyproject.toml", 'guards = [', '# guards = [')
+    report = minirl.check()
+    assert "generated-docs" in report.config.guards
+    assert [v for v in report.violations if v.guard == "generated-docs"] == []
+    assert report.ok, [v.problem for v in report.violations]
+
+
+def test_default_guards_still_judge_the_blocks_a_project_has(minirl: FixtureProject) -> None:
+    minirl.mutate("pyproject.toml", 'guards = [', '# guards = [')
+    (minirl.root / DOC).write_text("<!-- rlsight:begin presets -->\nstale\n<!-- rlsight:end presets -->\n")
+    [violation] = [v for v in minirl.check().violations if v.guard == "generated-docs"]
+    assert "out of date" in violation.problem
 
 
 def test_configuration_table_lists_every_setting() -> None:

@@ -159,3 +159,36 @@ def test_concatenation_of_literals_resolves_to_the_joined_string(parts: list[str
     module = SourceModule(Path("m.py"), "m.py", "m", False, ast.parse(""), ())
     resolved = Project([module], ("rlsight",)).resolve(module, tree.body, None)
     assert resolved.values == {"".join(parts)}
+
+
+def test_a_namespace_package_resolves_its_own_helpers_and_constants(tmp_path: Path) -> None:
+    """`src/nspkg` without an `__init__.py`: `from nspkg.telemetry import span` is a re-exported
+    helper, and `from nspkg.names import N` a constant, just as in a regular package."""
+    pkg = tmp_path / "src" / "nspkg"
+    pkg.mkdir(parents=True)
+    files = {
+        "telemetry.py": "from rlsight import RL, span\n",
+        "names.py": 'class N:\n    TRAIN = "ns.train"\n',
+        "loop.py": ("from rlsight import RL\nfrom nspkg.telemetry import span\nfrom nspkg.names import N\n"
+                    'span(RL.TRAINING, N.TRAIN)\nspan(RL.GENERATION, "ns.generate")\n'),
+    }
+    for name, text in files.items():
+        (pkg / name).write_text(text)
+    project = load_project([(pkg / n, f"src/nspkg/{n}") for n in files], [], ("rlsight",))
+    emits = collect_facts(project).spans
+    assert sorted(v for e in emits for v in e.name.values) == ["ns.generate", "ns.train"]
+
+
+def test_two_namespace_modules_of_one_dotted_path_are_not_guessed_between(tmp_path: Path) -> None:
+    """`a/pkg/tel.py` and `b/pkg/tel.py` both answer to `pkg.tel`: neither is followed."""
+    files = []
+    for root, name in (("a", "x.one"), ("b", "x.two")):
+        pkg = tmp_path / root / "pkg"
+        pkg.mkdir(parents=True)
+        (pkg / "tel.py").write_text(f'from rlsight import RL, span\nNAME = "{name}"\n')
+        files.append((pkg / "tel.py", f"{root}/pkg/tel.py"))
+    loop = tmp_path / "loop.py"
+    loop.write_text("from rlsight import RL\nfrom pkg.tel import span, NAME\nspan(RL.TRAINING, NAME)\n")
+    project = load_project([*files, (loop, "loop.py")], [], ("rlsight",))
+    assert collect_facts(project).spans == []
+    assert project.by_name["a.pkg.tel"].display == "a/pkg/tel.py"

@@ -117,6 +117,36 @@ class TestInput:
         assert main(["diff", str(bad), str(runs[0])]) == EXIT_INPUT
         assert "schema_version 99" in capsys.readouterr().err
 
+    def test_another_commands_json_is_refused_naming_the_file_and_what_it_lacks(
+            self, runs, capsys, tmp_path):
+        """`rlsight watch --json` output has a schema_version too; it is not a report."""
+        assert main(["watch", str(runs[0]), "--json"]) in (EXIT_OK, 3)
+        watch = tmp_path / "watch.json"
+        watch.write_text(capsys.readouterr().out)
+        assert main(["diff", str(watch), str(runs[1])]) == EXIT_INPUT
+        err = capsys.readouterr().err
+        assert err.startswith(f"rlsight diff: {watch} is not a `rlsight report --json` document: ")
+        assert "lacks summary" in err and "`rlsight watch --json` output" in err
+
+    @pytest.mark.parametrize(("edit", "named"), [
+        (lambda d: d["summary"]["buckets"].update(wall_ns="5"),
+         'summary.buckets.wall_ns: is "5" (a string), expected an integer'),
+        (lambda d: d["steps"][1].pop("buckets"), "steps[1]: lacks buckets"),
+        (lambda d: d.update(step_summary=[1]), "step_summary: is an array, expected an object or null"),
+        (lambda d: d["summary"]["buckets"].update(wall_ns=d["summary"]["buckets"]["wall_ns"] + 1),
+         "summary.buckets: the buckets sum to"),
+    ])
+    def test_a_damaged_saved_report_names_the_field_at_fault(self, runs, capsys, tmp_path, edit, named):
+        assert main(["report", str(runs[0]), "--json"]) == EXIT_OK
+        doc = json.loads(capsys.readouterr().out)
+        edit(doc)
+        saved = tmp_path / "base.json"
+        saved.write_text(json.dumps(doc))
+        assert main(["diff", str(saved), str(runs[1])]) == EXIT_INPUT
+        err = capsys.readouterr().err
+        assert err.startswith(f"rlsight diff: {saved} is not a `rlsight report --json` document: ")
+        assert named in err and "bug" not in err
+
     def test_collector_files_holding_two_runs_are_a_usage_error(self, runs, capsys, tmp_path):
         """cli.md's exit-code table: several runs and no --run-id is 2, for diff too (reviewer r1)."""
         both = tmp_path / "otel.json"

@@ -99,6 +99,31 @@ def test_docs_live_md_describes_every_field_of_the_json_documents(run_dir: Path,
     assert missing == []
 
 
+def test_stacks_skips_a_stalled_process_that_has_exited(run_dir: Path, capsys) -> None:
+    """A killed rank has no stack to dump: --stacks must not run py-spy on its dead pid (which
+    printed py-spy's error and Rust backtrace under the table)."""
+    import subprocess
+    import sys
+
+    from rlsight.commands.watch import _py_spy
+
+    if _py_spy() is None:
+        pytest.skip("py-spy is not installed (pip install 'rlsight[stacks]')")
+    code = (
+        "import os, time\n"
+        "from rlsight import RL, TelemetryConfig, setup_telemetry, span, step_span\n"
+        f"setup_telemetry(TelemetryConfig(run_dir={str(run_dir)!r}))\n"
+        "with step_span(1), span(RL.REFIT, 'rl.refit.push'):\n"
+        "    time.sleep(0.3)\n"
+        "    os._exit(0)\n"  # gone without a shutdown, its span open: a killed rank
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    assert main(["watch", str(run_dir), "--json", "--min-age", "0", "--stacks"]) == EXIT_STALLED
+    (dead,) = json.loads(capsys.readouterr().out)["processes"]
+    assert dead["stalled"] and dead["alive"] is False
+    assert dead["stack"] is None
+
+
 def test_stacks_adds_the_python_stack_of_a_stalled_process_on_this_host(run_dir: Path, capsys) -> None:
     """py-spy (the dev extra installs it) dumps this very test process while it is stalled."""
     from rlsight.commands.watch import _py_spy
@@ -111,3 +136,77 @@ def test_stacks_adds_the_python_stack_of_a_stalled_process_on_this_host(run_dir:
     (driver,) = json.loads(capsys.readouterr().out)["processes"]
     assert code == EXIT_STALLED and driver["stalled"]
     assert "test_stacks_adds_the_python_stack" in driver["stack"]
+
+
+_HANGING_WORKER = """
+import sys, time
+import rlsight.store._live as live
+live.HEARTBEAT_S = 0.05
+from rlsight import RL, TelemetryConfig, setup_telemetry, span
+setup_telemetry(TelemetryConfig(run_dir=sys.argv[1]), worker_group="generation", rank=3)
+with span(RL.GENERATION, "rl.generate.batch"):
+    time.sleep(600)
+"""
+
+
+def test_a_killed_worker_goes_silent_once_its_heartbeat_stops(tmp_path: Path, capsys) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "run"
+    worker = subprocess.Popen([sys.executable, "-c", _HANGING_WORKER, str(run_dir)])
+    try:
+        deadline = time.monotonic() + 60
+        while worker.poll() is None and time.monotonic() < deadline and not (
+                (run_dir / "live").is_dir() and any(p.alive_ns for p in read_live(run_dir).processes.values())
+                and "rl.generate.batch" in {s.name for s in read_live(run_dir).starts}):
+            time.sleep(0.05)
+        assert main(["watch", str(run_dir), "--json"]) == EXIT_OK
+        before = json.loads(capsys.readouterr().out)["processes"][0]
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=60)
+    time.sleep(0.3)  # six heartbeats missed
+    assert main(["watch", str(run_dir), "--json"]) == EXIT_OK
+    after = json.loads(capsys.readouterr().out)["processes"][0]
+    assert main(["watch", str(run_dir), "--once"]) == EXIT_OK
+    screen = capsys.readouterr().out
+    assert before["silent"] is False and before["last_heard_unix_ns"] is not None
+    assert after["silent"] is True and after["alive"] is False
+    assert after["innermost"]["name"] == "rl.generate.batch"
+    assert "silent" in screen and "1 silent" in screen
+
+
+def test_the_header_says_how_far_the_run_is_how_fast_it_goes_and_where_it_last_failed(
+        run_dir: Path, capsys) -> None:
+    from rlsight import job_span
+
+    with capture_telemetry(run_dir=run_dir, run_id="far"), job_span(total_steps=12):
+        for n in range(1, 5):
+            with step_span(n):
+                time.sleep(0.02)
+                if n == 1:
+                    with pytest.raises(TimeoutError), span(RL.REFIT, "rl.refit.push"):
+                        raise TimeoutError("NCCL broadcast")
+                if n == 3:
+                    with pytest.raises(RuntimeError), span(RL.TRAINING, "rl.train.policy"):
+                        raise RuntimeError("CUDA out of memory")
+        with step_span(5):
+            _wait_for(run_dir, "rl.step")
+            deadline = time.monotonic() + 5
+            while True:  # the finished steps reach traces/ within the store's write-through
+                assert main(["watch", str(run_dir), "--json"]) == EXIT_OK
+                doc = json.loads(capsys.readouterr().out)
+                if doc["steps"] == 4 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            assert main(["watch", str(run_dir), "--once"]) == EXIT_OK
+            screen = capsys.readouterr().out
+    assert doc["steps"] == 4 and doc["last_step"] == 5 and doc["total_steps"] == 12
+    assert doc["errors"] == 2  # pytest.raises caught each inside its step, which went on
+    assert doc["last_error"]["name"] == "rl.train.policy" and doc["last_error"]["worker_group"] == "driver"
+    # four steps ~20 ms apart end to end: three gaps over the first to the last end
+    assert 60e9 / 0.5e9 < doc["steps_per_min"] < 60e9 / 0.02e9
+    assert "in step 5 of 12 (about" in screen and "to go)" in screen and "steps/min" in screen
+    assert "last error: rl.train.policy on driver/0" in screen and "(2 span(s) ended in error)" in screen

@@ -256,6 +256,21 @@ def test_every_fault_kind_parses_and_bad_ones_name_the_forms(demo_module: Module
         _settings(demo_module, faults=demo_module.parse_faults(["kill=policy/0@2"]))
 
 
+def test_a_span_group_spec_naming_nothing_is_a_usage_error_before_the_run(
+        demo_module: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    """The demo registers every group it emits before it starts, so a name nothing owns is a
+    typo; left pending, the whole run would record no span and its report would fail at the
+    end, after a minute of Ray."""
+    from rlsight.demo.run import main as demo_main
+
+    with pytest.raises(SystemExit) as exited:
+        demo_main(["--span-groups", "per_stp,per_prompt", "--steps", "1"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "--span-groups: 'per_stp' names no span group, preset or namespace" in err
+    assert "did you mean 'per_step'?" in err
+
+
 # Sync and async -----------------------------------------------------------------------------
 
 

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlsight.analysis.columns import span_columns_from_records
-from rlsight.analysis.live import process_states
+from rlsight.analysis.live import post_mortem, process_states
 from rlsight.cli import EXIT_OK, main
+from rlsight.render._format import postmortem_rows
 from rlsight.store import SpanRecord
 from rlsight.store._live import LiveProcess, LiveReadResult, StartRecord
 
@@ -58,6 +61,52 @@ def test_a_sigkilled_driver_still_gets_a_full_report_with_its_open_step(tmp_path
     text = capsys.readouterr().out
     assert "open at end  3 span(s) never ended on 1 process(es)" in text
     assert "driver/0" in text and "in rl.refit.push open" in text and "< rl.step 3 < rl.job" in text
+
+
+def test_a_driver_that_hung_then_was_killed_shows_how_long_it_hung(tmp_path: Path, capsys) -> None:
+    """The heartbeat is the last thing a hung process writes: the post-mortem ages its open span
+    to it, not to the span's own start record (which read ``open 0.00s`` before heartbeats)."""
+    run_dir = tmp_path / "run"
+    script = _KILLED_DRIVER.replace("time.sleep(0.3)", "time.sleep(1.5)").replace(
+        "import os, signal, sys, time\n",
+        "import os, signal, sys, time\nimport rlsight.store._live as live\nlive.HEARTBEAT_S = 0.1\n")
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", script, str(run_dir)], check=False, timeout=120)
+    lived_ns = (time.monotonic() - began) * 1e9
+    assert done.returncode == -signal.SIGKILL
+    assert main(["report", str(run_dir), "--json"]) == EXIT_OK
+    pm = json.loads(capsys.readouterr().out)["postmortem"]
+    (driver,) = pm["processes"]
+    assert driver["innermost"]["name"] == "rl.refit.push"
+    assert 1.0e9 <= driver["innermost"]["age_ns"] <= lived_ns  # 1.5 s, less one heartbeat
+    assert driver["silent"] is False  # it ran until the kill
+    assert pm["as_of_unix_ns"] == driver["last_heard_unix_ns"]
+
+
+def test_a_worker_that_went_silent_mid_run_is_aged_to_its_last_heartbeat() -> None:
+    """A worker killed while the driver kept waiting: its span is aged to its own last
+    heartbeat and it is marked silent; the driver's to the end of the run."""
+    worker = "run/generation/3/9"
+    dispatch = StartRecord(_PROCESS, "t", "0000000000000001", None, "rl.rollout", "rollout", 0, 1)
+    work = StartRecord(worker, "t", "0000000000000002", dispatch.span_id, "rl.gen", "generation",
+                       10 * 10**9, 2)
+    live = _live(dispatch, work)
+    driver = live.processes[_PROCESS]
+    live.processes[_PROCESS] = dataclasses.replace(driver, heartbeat_s=10.0, alive_ns=600 * 10**9)
+    live.processes[worker] = LiveProcess(worker, {"service.instance.id": worker,
+                                                  "rl.worker_group": "generation", "rl.rank": 3},
+                                         opened_ns=0, heartbeat_s=10.0, alive_ns=70 * 10**9)
+    pm = post_mortem(span_columns_from_records([]), live)
+    assert pm is not None and pm.as_of_unix_ns == 600 * 10**9
+    states = {p.worker_group: p for p in pm.processes}
+    gen, drv = states["generation"], states["trainer"]
+    assert gen.silent and not drv.silent
+    assert gen.innermost is not None and gen.innermost.age_ns == 60 * 10**9
+    assert drv.innermost is not None and drv.innermost.age_ns == 600 * 10**9
+    assert drv.waiting_on == ["generation/3"]
+    rows = {p.worker_group: ended for p, ended, _ in postmortem_rows(pm)}
+    assert rows["generation"] == "no clean shutdown, silent for the last 8m50s"
+    assert rows["trainer"] == "no clean shutdown"
 
 
 def test_a_clean_run_reports_nothing_open(tmp_path: Path, capsys) -> None:

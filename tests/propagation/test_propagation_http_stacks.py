@@ -177,7 +177,7 @@ def test_a_secret_in_the_query_string_stays_out_of_both_spans(
 ) -> None:
     """An environment service called with ``?api_key=...``: the client and server spans keep
     the URL, scrubbed as exception messages are (ASGI sets its attributes again after the span
-    started, so the server side is scrubbed twice)."""
+    started; that write is scrubbed too)."""
     secret = "sk-" + "a1b2c3d4" * 3
     with capture_telemetry() as cap:
         CLIENTS[client](f"{request.getfixturevalue(server)}/score?api_key={secret}&n=1")
@@ -187,6 +187,29 @@ def test_a_secret_in_the_query_string_stays_out_of_both_spans(
     assert [t for t in texts if secret in t] == []
     for s in http:
         assert "api_key=<redacted>&n=1" in str((s.attributes or {}).get("http.url")), s.attributes
+
+
+def test_a_url_a_response_hook_sets_is_scrubbed_too(fastapi_url: str) -> None:
+    """A hook that writes the URL after the span started (an instrumentation's response hook, a
+    redirect's final URL, a handler's own ``set_attribute``) goes through the same scrub as the
+    URL at the span's start."""
+    from rlsight.http._gate import PROVIDER
+
+    secret = "hf_" + "Q1w2E3r4" * 4
+
+    def response_hook(span: Any, request: Any, response: Any) -> None:
+        span.set_attribute("url.full", f"{fastapi_url}/score?token={secret}")
+        span.set_attributes({"http.url": f"{fastapi_url}/score?api_key={secret}&n=2"})
+
+    with capture_telemetry() as cap, httpx.Client() as client:
+        HTTPXClientInstrumentor.instrument_client(
+            client, tracer_provider=PROVIDER, response_hook=response_hook)
+        client.post(fastapi_url + "/score", json={})
+        [hop] = [s for s in _spans_once_servers_end(cap, 1) if s.kind is SpanKind.CLIENT]
+    attributes = dict(hop.attributes or {})
+    assert [v for v in attributes.values() if secret in str(v)] == [], attributes
+    assert attributes["url.full"].endswith("/score?token=<redacted>")
+    assert attributes["http.url"].endswith("/score?api_key=<redacted>&n=2")
 
 
 @pytest.mark.parametrize("client", sorted(CLIENTS))

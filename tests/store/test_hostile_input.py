@@ -128,6 +128,30 @@ def test_step_span_above_int64_through_the_public_api_keeps_the_run_readable(tmp
     assert main(["timeline", str(run_dir), "-o", str(tmp_path / "t.json")]) == EXIT_OK
 
 
+@pytest.mark.parametrize("text", ["{broken", "[]", "\x00\xff", '"a run"'])
+def test_a_damaged_manifest_is_a_skipped_record_not_a_silent_guess(
+        text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run whose manifest.json cannot be read is still reported, from its spans; but what the
+    manifest held (the configured span groups, the catalog of a library's groups) is gone, and
+    the report must say so rather than read like a run without one."""
+    from rlsight import TelemetryConfig, setup_telemetry
+    from rlsight.analysis import analyze_run
+
+    run_dir = tmp_path / "run"
+    with setup_telemetry(TelemetryConfig(run_dir=str(run_dir))), step_span(1):
+        pass
+    manifest = run_dir / "manifest.json"
+    assert manifest.is_file()
+    manifest.write_bytes(text.encode("latin-1"))
+    report = analyze_run(run_dir)
+    assert report.summary.steps == 1 and report.summary.skipped == 1
+    assert report.summary.skipped_examples[0].startswith(f"{manifest}:1: ")
+    assert main(["report", str(run_dir)]) == EXIT_OK
+    assert f"first: {manifest}:1: manifest.json" in capsys.readouterr().err
+    assert main(["watch", str(run_dir), "--once"]) == EXIT_OK
+    assert main(["runs", str(tmp_path)]) == EXIT_OK
+
+
 # -- fuzzing: any bytes, any JSON, the readers return or skip, never raise ------------------------
 
 _json_values = st.recursive(

@@ -86,7 +86,7 @@ def test_a_live_span_is_recorded_once_while_open_and_not_kept_once_it_ends(tmp_p
 
     sink = FileSink(tmp_path / "live" / "p.jsonl")
     sink.write(process_line({"service.instance.id": "p"}))
-    starts = StartRecordProcessor(sink, interval_s=3600)  # writes only when told to here
+    starts = StartRecordProcessor(sink, interval_s=3600, heartbeat_s=3600)  # writes when told to
     provider = TracerProvider(shutdown_on_exit=False)
     provider.add_span_processor(starts)
     tracer = provider.get_tracer("t")
@@ -112,6 +112,45 @@ def test_a_live_span_is_recorded_once_while_open_and_not_kept_once_it_ends(tmp_p
         sink.close()
 
 
+def test_the_writer_thread_writes_a_heartbeat_every_interval_and_the_reader_keeps_the_last(
+        tmp_path: Path) -> None:
+    from rlsight.store._live import process_line
+    from rlsight.store._sink import FileSink
+    from rlsight.store._start_writer import StartRecordProcessor
+
+    sink = FileSink(tmp_path / "live" / "p.jsonl")
+    sink.write(process_line({"service.instance.id": "p"}, heartbeat_s=0.05))
+    starts = StartRecordProcessor(sink, interval_s=0.01, heartbeat_s=0.05)
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            beats = (tmp_path / "live" / "p.jsonl").read_text().count('"record":"alive"')
+            if beats >= 3:
+                break
+            time.sleep(0.02)
+    finally:
+        starts.close()
+        sink.close()
+    assert beats >= 3
+    (proc,) = read_live(tmp_path).processes.values()
+    assert proc.heartbeat_s == 0.05 and not read_live(tmp_path).skipped
+    assert proc.alive_ns is not None and proc.alive_ns >= proc.opened_ns + 3 * 50_000_000 * 0.9
+    assert proc.last_heard_ns == proc.alive_ns
+    assert not proc.silent(proc.alive_ns + 150_000_000)  # three intervals: not yet
+    assert proc.silent(proc.alive_ns + 150_000_001)
+
+
+def test_silence_needs_a_heartbeat_interval_and_no_clean_shutdown() -> None:
+    from rlsight.store._live import LiveProcess
+
+    old = LiveProcess("p", {}, opened_ns=0)  # a run written before heartbeats
+    assert old.last_heard_ns is None and not old.silent(10**15)
+    quiet = LiveProcess("p", {}, opened_ns=5, heartbeat_s=10.0)  # killed before its first beat
+    assert quiet.last_heard_ns == 5 and quiet.silent(5 + 30 * 10**9 + 1)
+    done = LiveProcess("p", {}, opened_ns=0, heartbeat_s=10.0, alive_ns=7, shutdown_ns=9)
+    assert done.last_heard_ns == 9 and not done.silent(10**15)
+
+
 def test_start_records_read_from_the_open_spans_another_processor_keeps(tmp_path: Path) -> None:
     """With ``open_spans`` (the step roll-up's), the writer files nothing itself: each write
     records the live spans opened there since the last one and still open, once each, in start
@@ -125,7 +164,8 @@ def test_start_records_read_from_the_open_spans_another_processor_keeps(tmp_path
     sink = FileSink(tmp_path / "live" / "p.jsonl")
     sink.write(process_line({"service.instance.id": "p"}))
     opened: dict[int, object] = {}
-    starts = StartRecordProcessor(sink, interval_s=3600, open_spans=opened)  # type: ignore[arg-type]
+    starts = StartRecordProcessor(sink, interval_s=3600, heartbeat_s=3600,
+                                  open_spans=opened)  # type: ignore[arg-type]
     tracer = TracerProvider(shutdown_on_exit=False).get_tracer("t")
 
     def live(name: str, group: str = RL.TRAINING) -> object:

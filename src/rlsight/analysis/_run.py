@@ -205,6 +205,21 @@ def analyze_columns(
     )
 
 
+def _manifest(run_dir: Path) -> tuple[dict[str, Any] | None, list[SkippedRecord]]:
+    """The run's manifest, and a skipped record when one is there but cannot be read.
+
+    A damaged manifest loses what only it holds (the configured span groups, a library's
+    groups in the catalog); the report still reads the spans, and says what it skipped.
+    """
+    manifest = read_manifest(run_dir)
+    path = run_dir / "manifest.json"
+    if manifest is not None or not path.exists():
+        return manifest, []
+    return None, [SkippedRecord(str(path), 1, (
+        "manifest.json is not a readable JSON object, so the run's configured span groups and "
+        "its span-group catalog are unknown; the spans are read without them"))]
+
+
 def analyze_spans(spans: Iterable[SpanRecord], **options: Any) -> RunReport:
     """Analyse in-memory :class:`SpanRecord` objects (options as :func:`analyze_columns`)."""
     return analyze_columns(span_columns_from_records(spans), **options)
@@ -232,9 +247,10 @@ def analyze_run(
         )
     metrics = read_metrics(run_dir)
     live = read_live(run_dir)
+    manifest, unreadable = _manifest(Path(run_dir))
     report = analyze_columns(
-        cols, skipped=[*skipped, *metrics.skipped, *live.skipped], files=files,
-        manifest=read_manifest(run_dir), metrics=metrics.points, k=k,
+        cols, skipped=[*unreadable, *skipped, *metrics.skipped, *live.skipped], files=files,
+        manifest=manifest, metrics=metrics.points, k=k,
     )
     stalls = sorted((Path(run_dir) / "stalls").glob("stall-*.json"), key=lambda p: p.stat().st_mtime)
     return dataclasses.replace(

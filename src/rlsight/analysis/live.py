@@ -9,7 +9,9 @@ against ``k`` times the floor, so a long first step is not called a stall after 
 alone. ``rl.job`` (open for the whole run) is never stalled.
 
 ``rlsight watch`` measures ages to now; the report's post-mortem measures them to the last
-moment the store saw, so a dead run reads the same tomorrow as it did when it died.
+moment the store saw, so a dead run reads the same tomorrow as it did when it died. A process
+that went *silent* (no heartbeat for three intervals, no clean shutdown) has its open spans aged
+to its last heartbeat in the post-mortem: how long it hung while it still ran.
 """
 
 from __future__ import annotations
@@ -31,12 +33,13 @@ from rlsight.analysis._sorting import lexsort
 from rlsight.analysis.columns import SpanColumns
 from rlsight.analysis.model import SCHEMA_VERSION, OpenSpan, PostMortem, ProcessState
 from rlsight.store._live import LiveReadResult, StartRecord, read_live
-from rlsight.store._schema import AttributeValue
+from rlsight.store._schema import STATUS_ERROR, AttributeValue
 from rlsight.watchdog import DEFAULT_MIN_AGE_S, DEFAULT_STALL_K
 
 __all__ = [
     "DEFAULT_MIN_AGE_S",
     "DEFAULT_STALL_K",
+    "ErrorSpan",
     "WatchSnapshot",
     "post_mortem",
     "process_states",
@@ -92,6 +95,7 @@ def process_states(
     k: float = DEFAULT_STALL_K,
     min_age_s: float = DEFAULT_MIN_AGE_S,
     unseen_factor: float | None = None,
+    until: Mapping[str, int] | None = None,
 ) -> list[ProcessState]:
     """Every process the store knows of, with its open spans judged against ``now_ns``.
 
@@ -103,6 +107,8 @@ def process_states(
         min_age_s: Stall floor in seconds.
         unseen_factor: A span with no finished peer is stalled past this many floors
             (default ``k``); the watchdog, which already knows the run stopped, passes 1.
+        until: Per process key, the moment its open spans are aged to instead of ``now_ns``
+            (the post-mortem: a process that went silent, to its last heartbeat).
     """
     finished = set(cols.span_id.tolist())
     open_starts = [s for s in live.starts if _hex(s.span_id) not in finished]
@@ -129,7 +135,7 @@ def process_states(
             parent = by_id.get(parent.parent_span_id or "")
         median = medians.get(s.name)
         threshold = max(floor_ns, k * median) if median is not None else unseen_ns
-        age = max(0, now_ns - s.start_ns)
+        age = max(0, (until.get(s.process, now_ns) if until else now_ns) - s.start_ns)
         is_leaf = (s.process, s.span_id) not in parents
         item = OpenSpan(
             name=s.name, group=s.group, trace_id=s.trace_id, span_id=s.span_id,
@@ -167,7 +173,9 @@ def process_states(
             host=str(res[HOST_NAME]) if HOST_NAME in res else None,
             clean_shutdown=live_proc is not None and live_proc.shutdown_ns is not None,
             open=spans, innermost=innermost, stalled=bool(stalled),
+            silent=live_proc is not None and live_proc.silent(now_ns),
             last_span=last_name, last_end_unix_ns=last_end,
+            last_heard_unix_ns=live_proc.last_heard_ns if live_proc is not None else None,
             waiting_on=sorted({rank_label(q) for q in remote_children.get(innermost.span_id, ())})
             if innermost is not None else [],
         ))
@@ -175,10 +183,10 @@ def process_states(
 
 
 def _store_end(cols: SpanColumns, live: LiveReadResult) -> int:
-    """The last moment the store saw: a span end, a start record or a shutdown."""
+    """The last moment the store saw: a span end, a start record, a heartbeat or a shutdown."""
     times = [int(cols.end.max())] if len(cols) else []
     times += [s.start_ns for s in live.starts]
-    times += [p.shutdown_ns or p.opened_ns for p in live.processes.values()]
+    times += [max(p.opened_ns, p.alive_ns or 0, p.shutdown_ns or 0) for p in live.processes.values()]
     return max(times, default=0)
 
 
@@ -189,7 +197,11 @@ def post_mortem(
     if not live.processes:
         return None
     as_of = _store_end(cols, live)
-    states = process_states(cols, live, now_ns=as_of)
+    # A process that went silent before the end hung (or lay dead) only until its last
+    # heartbeat: its open spans are aged to that, not to when the rest of the run stopped.
+    silent = {key: p.last_heard_ns for key, p in live.processes.items() if p.silent(as_of)}
+    states = process_states(cols, live, now_ns=as_of,
+                            until={k: v for k, v in silent.items() if v is not None})
     # Only processes that wrote a live file can be judged for a clean shutdown.
     kept = [p for p in states if p.open or (p.process in live.processes and not p.clean_shutdown)]
     kept.sort(key=lambda p: (not p.open, p.worker_group, p.rank, p.process))
@@ -200,6 +212,39 @@ def post_mortem(
         unclean=sum(1 for p in live.processes.values() if p.shutdown_ns is None),
         stall_records=list(stall_records or []),
     )
+
+
+#: Finished steps the watch's rate is taken over: recent enough to follow a run that slows down.
+_RATE_STEPS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorSpan:
+    """The latest span that ended with an error status: where the run last went wrong."""
+
+    name: str
+    process: str
+    worker_group: str
+    rank: int
+    end_unix_ns: int
+
+
+def _last_error(cols: SpanColumns, errors: Any) -> ErrorSpan | None:
+    if not errors.any():
+        return None
+    index = np.flatnonzero(errors)
+    i = int(index[np.argmax(cols.end[index])])
+    res = cols.resources[int(cols.process[i])]
+    return ErrorSpan(name=cols.names[int(cols.name[i])], process=cols.process_keys[int(cols.process[i])],
+                     worker_group=str(res.get(WORKER_GROUP, "?")), rank=_int(res.get(RANK)) or 0,
+                     end_unix_ns=int(cols.end[i]))
+
+
+def _steps_per_min(step_ends: Any) -> float | None:
+    """Steps per minute over the last few finished steps (``None`` before two have ended)."""
+    ends = np.sort(step_ends)[-(_RATE_STEPS + 1):]
+    span_ns = float(ends[-1] - ends[0]) if len(ends) > 1 else 0.0
+    return (len(ends) - 1) * 60e9 / span_ns if span_ns > 0 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,11 +258,18 @@ class WatchSnapshot:
     """Finished ``rl.step`` spans."""
     last_step: int | None
     """``rl.step`` number of the latest step that started (finished or open)."""
+    total_steps: int | None
+    """``job_span(total_steps=...)`` of the latest ``rl.job``; ``None`` when not given."""
     median_step_ns: float | None
+    steps_per_min: float | None
+    """Over the last ten finished steps."""
     last_step_end_unix_ns: int | None
     goodput_pct: float | None
     """Goodput of what has finished so far; ``None`` before the first span ends."""
     stalled: bool
+    errors: int
+    """Spans that ended with an error status."""
+    last_error: ErrorSpan | None
     processes: list[ProcessState]
     k: float
     min_age_s: float
@@ -260,6 +312,9 @@ def watch_snapshot(
     step_numbers = [int(n) for n in cols.step_no[step_mask]]
     step_numbers += [s.step for s in live.starts if s.name == STEP_SPAN and s.step is not None]
     durations = (cols.end - cols.start)[step_mask]
+    jobs = sorted((s.start_ns, s.total_steps) for s in live.starts
+                  if s.name == JOB_SPAN and s.total_steps is not None)
+    errors = cols.status == STATUS_ERROR
     goodput = None
     if len(cols):
         try:
@@ -271,8 +326,11 @@ def watch_snapshot(
         run_id=str(manifest["run_id"]) if manifest.get("run_id") else most_common(
             r.get(RUN_ID) for r in [*cols.resources, *(p.resource for p in live.processes.values())]),
         steps=int(step_mask.sum()), last_step=max(step_numbers, default=None),
+        total_steps=jobs[-1][1] if jobs else None,
         median_step_ns=float(np.median(durations)) if len(durations) else None,
+        steps_per_min=_steps_per_min(cols.end[step_mask]),
         last_step_end_unix_ns=int(cols.end[step_mask].max()) if step_mask.any() else None,
-        goodput_pct=goodput, stalled=any(p.stalled for p in states), processes=states,
+        goodput_pct=goodput, stalled=any(p.stalled for p in states),
+        errors=int(errors.sum()), last_error=_last_error(cols, errors), processes=states,
         k=k, min_age_s=min_age_s, skipped=len(skipped) + len(live.skipped),
     )

@@ -500,6 +500,12 @@ class ProcessState:
     """Whether its pid still runs (``rlsight watch``, same host only); ``None`` when unknown."""
     stack: str | None = None
     """Its Python stack from ``py-spy dump`` (``rlsight watch --stacks``), else ``None``."""
+    silent: bool = False
+    """No heartbeat for three of its intervals (30 s by default) and no clean shutdown: killed,
+    frozen, or its node is gone."""
+    last_heard_unix_ns: int | None = None
+    """Its last heartbeat (every 10 s while its telemetry runs), opening or shutdown; ``None``
+    for a run written by an rlsight before heartbeats."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -573,13 +579,19 @@ class RunReport:
         """Rebuild a report from :meth:`to_dict` output (for comparing two runs).
 
         Raises:
-            ValueError: the document's ``schema_version`` is not :data:`SCHEMA_VERSION`.
+            ValueError: the document's ``schema_version`` is not :data:`SCHEMA_VERSION`, or it
+                does not have the report's shape (the message names the fields at fault).
         """
-        version = data.get("schema_version")
+        from rlsight.analysis.schema import report_problems
+
+        version = data.get("schema_version") if isinstance(data, dict) else None
         if version != SCHEMA_VERSION:
             raise ValueError(
                 f"report document has schema_version {version!r}, this rlsight reads "
                 f"{SCHEMA_VERSION}; regenerate it with this version's `rlsight report --json`"
             )
+        problems = report_problems(data)
+        if problems:
+            raise ValueError(f"not a report document: {'; '.join(problems)}")
         body = {k: v for k, v in data.items() if k != "schema_version"}
         return from_json(cls, body)  # type: ignore[no-any-return]

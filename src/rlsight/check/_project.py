@@ -37,7 +37,33 @@ class Project:
             # A checked module wins over rlsight's own copy of the same name.
             if m.name not in self.by_name or self.by_name[m.name].external:
                 self.by_name[m.name] = m
+        self._name_namespace_packages()
         self.helper_roots = tuple(helper_roots)
+
+    def _name_namespace_packages(self) -> None:
+        """Also know a module in a namespace package (a folder without ``__init__.py``) by the
+        dotted paths of the folders above it.
+
+        Its own name stops at the first folder without ``__init__.py``, so ``src/pkg/telemetry.py``
+        is ``telemetry``, and ``from pkg.telemetry import span`` elsewhere would name nothing
+        parsed: the helpers it re-exports and the constants it holds would not be followed. Which
+        folder is the import root cannot be read from the files, so every suffix of the path
+        (``pkg.telemetry``, ``src.pkg.telemetry``) names it, unless a module already has that
+        name or two modules would share it.
+        """
+        aliases: dict[str, list[SourceModule]] = {}
+        for m in self.modules:
+            if m.external:
+                continue
+            folders = m.path.resolve().parent.parts
+            covered = m.name.count(".") + (1 if m.is_package else 0)  # folders its name spells
+            outside = folders[: len(folders) - covered]
+            for n in range(1, len(outside)):
+                alias = ".".join([*outside[len(outside) - n:], m.name])
+                aliases.setdefault(alias, []).append(m)
+        for alias, modules in aliases.items():
+            if alias not in self.by_name and len(modules) == 1:
+                self.by_name[alias] = modules[0]
 
     @property
     def checked(self) -> list[SourceModule]:

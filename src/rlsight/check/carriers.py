@@ -37,48 +37,47 @@ def check(ctx: CheckContext) -> GuardResult:
     for dispatch in ctx.facts.dispatches:
         if not ctx.suppressed(dispatch.module, dispatch.line, GUARD):
             sent[dispatch.target].append(dispatch)
-    if not accepted:
+    if not accepted and not sent and ctx.config.guards_named:  # unnamed: a project without Ray hops
         violations.append(
             nothing_to_check(
-                GUARD, ctx.paths_display, "no @accepts_trace_context method was found",
-                "decorate the actor methods that should join the caller's trace, or drop this "
-                "guard from `guards`",
+                GUARD, ctx.paths_display,
+                "no @accepts_trace_context method and no call that sends a trace carrier",
+                "decorate the actor methods that should join the caller's trace and dispatch "
+                "them with dispatch_with_trace_context(handle.method, ...), or drop this guard "
+                "from `guards`",
             )
         )
-    if not sent:
-        violations.append(
-            nothing_to_check(
-                GUARD, ctx.paths_display, "no call sends a trace carrier",
-                "dispatch with dispatch_with_trace_context(handle.method, ...) or pass "
-                "**trace_context_kwargs() to .remote()",
+    # One side alone is not "nothing to check": name every method or call site on it, so the
+    # message says what to fix rather than that the guard saw nothing.
+    unseen = "" if sent else (
+        f"; no call in {ctx.paths_display} sends a carrier in a shape the check recognises "
+        "(docs/check.md, 'Carriers: matched by method name')"
+    )
+    for name, methods in sorted(accepted.items()):
+        if name in sent:
+            continue
+        for method in methods:
+            violations.append(
+                Violation(
+                    GUARD, method.module.display, method.line,
+                    f"{method.qualname} accepts a trace carrier ({method.via}) but no call "
+                    f"sends it one, so its spans start a new trace{unseen}",
+                    f"dispatch it with dispatch_with_trace_context(handle.{name}, ...) or "
+                    f"handle.{name}.remote(..., **trace_context_kwargs())",
+                )
             )
-        )
-    if accepted and sent:
-        for name, methods in sorted(accepted.items()):
-            if name in sent:
-                continue
-            for method in methods:
-                violations.append(
-                    Violation(
-                        GUARD, method.module.display, method.line,
-                        f"{method.qualname} accepts a trace carrier ({method.via}) but no call "
-                        "sends it one, so its spans start a new trace",
-                        f"dispatch it with dispatch_with_trace_context(handle.{name}, ...) or "
-                        f"handle.{name}.remote(..., **trace_context_kwargs())",
-                    )
+    for name, dispatches in sorted(sent.items()):
+        if name in accepted:
+            continue
+        for dispatch in dispatches:
+            violations.append(
+                Violation(
+                    GUARD, dispatch.module.display, dispatch.line,
+                    f"a trace carrier is sent to {name!r} ({dispatch.via}), but no "
+                    f"@accepts_trace_context method has that name{closest(name, accepted)}",
+                    f"decorate the method {name!r} with @accepts_trace_context (Ray rejects "
+                    "the extra keyword otherwise), or stop sending it a carrier",
                 )
-        for name, dispatches in sorted(sent.items()):
-            if name in accepted:
-                continue
-            for dispatch in dispatches:
-                violations.append(
-                    Violation(
-                        GUARD, dispatch.module.display, dispatch.line,
-                        f"a trace carrier is sent to {name!r} ({dispatch.via}), but no "
-                        f"@accepts_trace_context method has that name{closest(name, accepted)}",
-                        f"decorate the method {name!r} with @accepts_trace_context (Ray rejects "
-                        "the extra keyword otherwise), or stop sending it a carrier",
-                    )
-                )
+            )
     counts = {"accepting": len(accepted), "dispatched": len(sent)}
     return GuardResult(GUARD, TITLE, counts, tuple(violations))

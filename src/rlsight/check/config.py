@@ -12,7 +12,9 @@
 
 Every guard that runs must find something to check; a project that does not use a feature
 (no logger keys, say) leaves that guard out of ``guards`` rather than letting it pass on
-nothing.
+nothing. That holds for the guards named in ``guards`` or ``--guard``: with ``guards`` left at
+its default, a guard whose feature the project does not use at all (no waits, no carriers, no
+metric specs, no generated blocks) passes, so a new project's first run is green.
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ class CheckConfig:
         guards: Guard names to run, in :data:`ALL_GUARDS` order.
         helper_modules: Module prefixes whose helpers count as rlsight's (``rlsight`` always).
         pyproject: The file the settings came from, if any.
+        guards_named: Whether ``guards`` was named (in the file or with ``--guard``) rather
+            than left at its default; only then must a guard whose feature the project does
+            not use find something (docs/check.md, "The guards").
     """
 
     root: Path
@@ -64,6 +69,7 @@ class CheckConfig:
     guards: tuple[str, ...] = ALL_GUARDS
     helper_modules: tuple[str, ...] = ("rlsight",)
     pyproject: Path | None = None
+    guards_named: bool = False
 
     def display(self, path: Path) -> str:
         """``path`` as messages show it: relative to the root when below it."""
@@ -104,6 +110,7 @@ class CheckConfig:
             changes["docs"] = (base / docs).resolve()
         if guards:
             changes["guards"] = _guards(list(guards), "--guard")
+            changes["guards_named"] = True
         return replace(self, **changes) if changes else self
 
 
@@ -182,4 +189,5 @@ def load_check_config(start: Path | None = None, pyproject: Path | None = None) 
         guards=_guards(_strings(section.get("guards", list(ALL_GUARDS)), "guards", where), where),
         helper_modules=("rlsight", *[h for h in helpers if h != "rlsight"]),
         pyproject=pyproject,
+        guards_named="guards" in section,
     )

@@ -43,7 +43,9 @@ def check(ctx: CheckContext) -> GuardResult:
                 )
             )
     emitted = {e.key for e in ctx.facts.keys_emitted}
-    if not declared:
+    # A project that declares no MetricSpec does not tee scalars: with `guards` left at its
+    # default that passes; named, the guard must find a declaration.
+    if not declared and ctx.config.guards_named:
         violations.append(
             nothing_to_check(
                 GUARD, ctx.paths_display, "no MetricSpec(..., logger_key=...) declaration",
@@ -51,7 +53,7 @@ def check(ctx: CheckContext) -> GuardResult:
                 "guard from `guards`",
             )
         )
-    if not emitted:
+    if not emitted and (declared or ctx.config.guards_named):
         violations.append(
             nothing_to_check(
                 GUARD, ctx.paths_display, "no dict display or subscript assignment produces a key",

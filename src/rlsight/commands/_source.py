@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from rlsight.errors import StoreError
 from rlsight.store import SkippedRecord, read_manifest
@@ -46,11 +46,20 @@ def is_run_folder(path: Path) -> bool:
     return path.is_dir() and holds_a_run(path)
 
 
-def saved_report(path: Path) -> dict[str, Any] | None:
-    """The document in ``path`` if it is one JSON document as ``rlsight report --json`` writes it,
-    else ``None``. ``rlsight diff`` reads such a file; ``report``, ``timeline`` and ``watch`` use
-    this to name the common mistake of passing one where a run is wanted. Bytes go to the JSON
-    parser as they are, so a report a shell redirected as UTF-16 still counts."""
+#: Keys that tell another rlsight command's ``--json`` document from a report, for the message.
+_OTHER_DOCUMENTS: Final = (
+    ("now_unix_ns", "rlsight watch --json"),
+    ("step_change_pct", "rlsight diff --json"),
+    ("runs", "rlsight runs --json"),
+    ("guards", "rlsight check --json"),
+)
+
+
+def saved_document(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path`` when it is one an rlsight command saved (it has a
+    ``schema_version``), else ``None``. ``report``, ``timeline`` and ``watch`` use this to name
+    the common mistake of passing one where a run is wanted. Bytes go to the JSON parser as
+    they are, so a document a shell redirected as UTF-16 still counts."""
     if not path.is_file():
         return None
     try:
@@ -58,6 +67,34 @@ def saved_report(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None  # JSON lines (Collector output) or not JSON at all
     return doc if isinstance(doc, dict) and "schema_version" in doc else None
+
+
+def saved_report(path: Path) -> RunReport | None:
+    """The report saved in ``path`` with ``rlsight report --json``, or ``None`` when ``path``
+    holds no saved rlsight document at all (a run folder, Collector files), for ``rlsight diff``.
+
+    Raises:
+        StoreError: ``path`` holds a saved document that is not a report of this version
+            (another command's ``--json``, a hand edit, another ``schema_version``); the
+            message names the file and what is wrong.
+    """
+    from rlsight.analysis import RunReport
+    from rlsight.analysis.model import SCHEMA_VERSION
+    from rlsight.analysis.schema import report_problems
+
+    doc = saved_document(path)
+    if doc is None:
+        return None
+    version = doc["schema_version"]
+    problems = report_problems(doc) if version == SCHEMA_VERSION else [
+        f"it has schema_version {version!r}, this rlsight reads {SCHEMA_VERSION}"]
+    if not problems:
+        return RunReport.from_dict(doc)
+    other = next((cmd for key, cmd in _OTHER_DOCUMENTS if key in doc and "summary" not in doc), None)
+    hint = f"it looks like `{other}` output; " if other else ""
+    raise StoreError(f"{path} is not a `rlsight report --json` document: {'; '.join(problems)}; "
+                     f"{hint}save one with this rlsight's `rlsight report RUN_DIR --json > FILE`, "
+                     "or pass the run folder")
 
 
 def _label(run_id: str) -> str:
@@ -93,7 +130,7 @@ def open_run(path: Path, run_id: str | None = None) -> Iterator[RunSource]:
         elif len(runs) == 1:
             (chosen,) = runs.values()
         elif not runs:
-            if saved_report(path) is not None:
+            if saved_document(path) is not None:
                 raise StoreError(f"{path} is a saved `rlsight report --json` document, not a run; "
                                  "pass the run folder it was made from (`rlsight diff` reads "
                                  "saved reports)")

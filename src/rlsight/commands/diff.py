@@ -65,19 +65,19 @@ def _load_report(path: Path) -> RunReport:
     Raises:
         _InputError: nothing usable at ``path``.
     """
-    from rlsight.analysis import RunReport, analyze_run
+    from rlsight.analysis import analyze_run
     from rlsight.commands._source import AmbiguousRunError, annotate, open_run, saved_report
     from rlsight.errors import StoreError
 
     if not path.exists():
         raise _InputError(f"no run folder or report file at {path}; pass a folder a run wrote "
                           "or a file saved with `rlsight report RUN_DIR --json > FILE`")
-    saved = saved_report(path)
+    try:
+        saved = saved_report(path)
+    except StoreError as exc:
+        raise _InputError(str(exc)) from exc
     if saved is not None:
-        try:
-            return RunReport.from_dict(saved)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise _InputError(f"{path} is not a `rlsight report --json` document ({exc})") from exc
+        return saved
     try:
         with open_run(path) as source:
             return annotate(analyze_run(source.folder), source)

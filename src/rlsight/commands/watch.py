@@ -3,9 +3,10 @@
 Reads RUN_DIR (a live run or a dead one) and refreshes like ``top``: steps done, seconds per
 step, goodput so far, and per worker group and rank the span open right now with its age and
 parents. A rank whose innermost open span is older than K times that span name's median and
-older than ``--min-age`` is STALLED. ``--once`` prints one screen and exits; ``--json`` prints
-one document (schema in docs/live.md). Exit codes: 0 nothing stalled; 2 usage error or no
-run folder; 3 something is stalled.
+older than ``--min-age`` is STALLED; one not heard from for three heartbeats (30 s) without a
+clean shutdown is *silent* (killed, frozen, or its node is gone). ``--once`` prints one screen
+and exits; ``--json`` prints one document (schema in docs/live.md). Exit codes: 0 nothing
+stalled; 2 usage error or no run folder; 3 something is stalled.
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def _py_spy() -> str | None:
 
 
 def _with_stacks(snapshot: WatchSnapshot) -> WatchSnapshot:
-    """Stalled processes on this host get their ``py-spy dump``; others are left as they are."""
+    """Stalled processes running on this host get their ``py-spy dump``; others (another host,
+    or an exited process, which has no stack) are left as they are."""
     exe = _py_spy()
     if exe is None:
         print("rlsight watch: --stacks needs py-spy (pip install py-spy); showing open spans only",
@@ -96,7 +98,7 @@ def _with_stacks(snapshot: WatchSnapshot) -> WatchSnapshot:
     host = socket.gethostname()
     processes = []
     for p in snapshot.processes:
-        if p.stalled and p.pid is not None and p.host == host:
+        if p.stalled and p.pid is not None and p.host == host and p.alive is not False:
             try:
                 done = subprocess.run([exe, "dump", "--pid", str(p.pid)], capture_output=True,
                                       text=True, timeout=_STACK_TIMEOUT_S, check=False)
@@ -124,12 +126,23 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
     s = snapshot
     head = Text(f"run {s.run_id or '?'}  ", style="bold")
     head.append(f"{s.steps} step(s) done" + (f", in step {s.last_step}" if s.last_step is not None else ""))
+    if s.total_steps is not None:
+        head.append(f" of {s.total_steps}")
+        if s.median_step_ns:
+            head.append(f" (about {clock(max(0, s.total_steps - s.steps) * s.median_step_ns)} to go)")
     if s.last_step_end_unix_ns is not None:
         head.append(f"  (last step ended {clock(max(0, s.now_unix_ns - s.last_step_end_unix_ns))} ago")
-        head.append(f"; median step {clock(s.median_step_ns or 0)})")
+        head.append(f"; median step {clock(s.median_step_ns or 0)}")
+        rate = s.steps_per_min
+        if rate is not None:
+            head.append(f"; {rate:.{1 if rate < 10 else 0}f} steps/min")
+        head.append(")")
     if s.goodput_pct is not None:
         head.append(f"  goodput {s.goodput_pct:.1f}%")
     head.append("   STALLED" if s.stalled else "   ok", style="bold red" if s.stalled else "green")
+    silent = sum(1 for p in s.processes if p.silent)
+    if silent:
+        head.append(f"   {silent} silent", style="yellow")
     table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
     for name, justify in (("group/rank", "left"), ("state", "left"), ("open span (innermost)", "left"),
                           ("age", "right"), ("median", "right"), ("parents", "left"),
@@ -138,21 +151,31 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
     order = sorted(s.processes, key=lambda p: (not p.stalled, p.worker_group, p.rank, p.process))
     for p in order:
         o = p.innermost
+        state = "STALLED" if p.stalled else "running"
+        if p.silent and p.last_heard_unix_ns is not None:
+            state = ("STALLED, " if p.stalled else "") + (
+                f"silent {clock(max(0, s.now_unix_ns - p.last_heard_unix_ns))}")
         if o is None:
             idle = "(shut down)" if p.clean_shutdown else "(nothing open)"
-            table.add_row(_rank_label(p), "", Text(idle, style="dim"), "", "", "", "")
+            table.add_row(_rank_label(p), state if p.silent else "", Text(idle, style="dim"),
+                          "", "", "", "", style="yellow" if p.silent else None)
             continue
         table.add_row(
-            _rank_label(p), "STALLED" if p.stalled else "running", span_label(o.name), clock(o.age_ns),
+            _rank_label(p), state, span_label(o.name), clock(o.age_ns),
             clock(o.median_ns) if o.median_ns is not None else "-",
             " < ".join(reversed(o.chain)), ", ".join(p.waiting_on),
-            style="bold red" if p.stalled else None,
+            style="bold red" if p.stalled else "yellow" if p.silent else None,
         )
     parts: list[RenderableType] = [head, table]
     for p in order:
         if p.stack:
             parts.append(Text(f"\n{_rank_label(p)} (pid {p.pid}) stack:", style="bold"))
             parts.append(Text(p.stack))
+    if s.last_error is not None:
+        e = s.last_error
+        parts.append(Text(f"last error: {span_label(e.name)} on {e.worker_group}/{e.rank}, "
+                          f"{clock(max(0, s.now_unix_ns - e.end_unix_ns))} ago "
+                          f"({s.errors} span(s) ended in error)", style="red"))
     if s.skipped:
         parts.append(Text(f"{s.skipped} unreadable record(s) skipped", style="yellow"))
     return Group(*parts)

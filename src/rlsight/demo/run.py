@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import logging
 import sys
 import time
@@ -59,6 +60,7 @@ from rlsight.demo.faults import Faults, parse_faults
 from rlsight.demo.fleet import Fleet
 from rlsight.demo.policy import VOCAB
 from rlsight.demo.prompts import PromptLoader
+from rlsight.groups import ALL, registered_groups, registered_presets, resolve_span_group_spec
 
 __all__ = ["DEFAULT_SPAN_GROUPS", "DEFAULT_STEPS", "DemoSettings", "main", "run_demo"]
 
@@ -282,7 +284,7 @@ def run_demo(
     )
     progress = _Progress(settings.steps)
     try:
-        with job_span(steps=settings.steps, mode=settings.mode,
+        with job_span(total_steps=settings.steps, mode=settings.mode,
                       prompts_per_step=settings.prompts_per_step, group_size=settings.group_size):
             with startup_span():
                 with setup_span("ray"):
@@ -386,6 +388,17 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m rlsight.de
     except ValueError as exc:
         parser.error(str(exc))
     groups = [g.strip() for g in args.span_groups.split(",") if g.strip()]
+    # Every group the demo emits is registered by now, so a name nothing owns is a typo: left
+    # pending, the run would record nothing and fail only at its report.
+    unknown = resolve_span_group_spec(groups).pending
+    if unknown:
+        known = sorted({*registered_groups(), *registered_presets(), ALL})
+        guesses = [difflib.get_close_matches(name, known, n=1, cutoff=0.6) for name in unknown]
+        parser.error("--span-groups: " + "; ".join(
+            f"{name!r} names no span group, preset or namespace"
+            + (f" (did you mean {guess[0]!r}?)" if guess else "")
+            for name, guess in zip(unknown, guesses, strict=True)
+        ) + f"; groups and presets: {', '.join(known)}")
     print(f"rlsight demo: {settings.mode}, {settings.steps} steps, "
           f"{settings.generation_workers} generation workers, {settings.policy_ranks} policy ranks"
           + "".join(f"; {f}" for f in settings.faults.describe()), flush=True)

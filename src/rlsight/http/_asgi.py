@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from rlsight.http._gate import PROVIDER, needs_extra, scrub_url_hook
+from rlsight.http._gate import PROVIDER, needs_extra
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -43,7 +43,6 @@ def instrument_fastapi(app: _App, /) -> _App:
         return app
     FastAPIInstrumentor.instrument_app(
         app, tracer_provider=PROVIDER, exclude_spans=_NO_MESSAGE_SPANS,
-        server_request_hook=scrub_url_hook,
     )
     return app
 
@@ -62,5 +61,4 @@ def instrument_asgi_app(app: Any, /) -> Any:
     """
     with needs_extra("asgi"):
         from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
-    return OpenTelemetryMiddleware(app, tracer_provider=PROVIDER, exclude_spans=_NO_MESSAGE_SPANS,
-                                   server_request_hook=scrub_url_hook)
+    return OpenTelemetryMiddleware(app, tracer_provider=PROVIDER, exclude_spans=_NO_MESSAGE_SPANS)

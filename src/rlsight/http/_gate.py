@@ -5,8 +5,10 @@ whatever scope they ask for. Its tracer records on rlsight's own provider while 
 is on (an HTTP hop happens prompts x turns x tool calls times, which is exactly what
 ``per_step`` must not scale with) and otherwise returns a non-recording span that carries the
 parent's context, so a client still injects ``traceparent`` and a server still re-parents the
-handler's own spans under the caller. The URL attributes are scrubbed of secrets on the way in
-(``?api_key=...``, ``?token=...``), as exception messages are.
+handler's own spans under the caller. The URL attributes are scrubbed of secrets
+(``?api_key=...``, ``?token=...``), as exception messages are: at the span's start, and
+whenever something sets one later (ASGI sets the request's attributes again after the start, a
+response hook may write the final URL, a handler may write its own).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from contextlib import contextmanager
 from typing import Any, Final
 
 from opentelemetry import trace as _trace
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
 from opentelemetry.trace import (
     Link,
@@ -36,7 +39,7 @@ from rlsight._semconv import SPAN_GROUP, THREAD_ID
 from rlsight._span_manager import describe, scrubbed_exception
 from rlsight.groups import GATE, RL
 
-__all__ = ["PROVIDER", "needs_extra", "scrub_url_hook"]
+__all__ = ["PROVIDER", "needs_extra"]
 
 _PER_PROMPT: Final = RL.PER_PROMPT
 #: Attributes in which the instrumentations write the request's URL or its query string: an
@@ -66,9 +69,11 @@ class _GatedTracer(Tracer):
             attrs.update(_scrubbed_urls(attrs))
             attrs[SPAN_GROUP] = _PER_PROMPT
             attrs[THREAD_ID] = threading.get_native_id()
-            return telemetry.tracer.start_span(
+            span = telemetry.tracer.start_span(
                 name, context, kind, attrs, links, start_time, record_exception, set_status_on_exception
             )
+            _scrub_later_urls(span)
+            return span
         except Exception as exc:
             telemetry.report_internal_error("http-span-start", exc)
             return NonRecordingSpan(_trace.get_current_span(context).get_span_context())
@@ -117,14 +122,33 @@ def _record_scrubbed(span: Span, exc: Exception, record: bool, set_status: bool)
             telemetry.report_internal_error("http-span-exception", error)
 
 
-def scrub_url_hook(span: Span, *_: Any) -> None:
-    """A server request hook: ASGI sets the request's attributes again after the span started,
-    so the URL attributes are scrubbed once more, after it did."""
-    attributes = getattr(span, "attributes", None)
-    if not span.is_recording() or not attributes:
-        return
-    for key, value in _scrubbed_urls(attributes).items():
-        span.set_attribute(key, value)
+class _UrlScrubbingAttributes(BoundedAttributes):
+    """An HTTP span's attributes, scrubbing a URL attribute whatever sets it after the start.
+
+    ``Span.set_attribute`` and ``set_attributes`` end up here (``__setitem__``, and the SDK's
+    ``_set_items`` where it has one), so an instrumentation's late write, a response hook or a
+    handler's own ``set_attribute`` cannot put ``?api_key=...`` back on the span.
+    """
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key in _URL_KEYS and isinstance(value, str):
+            value = scrub(value)
+        super().__setitem__(key, value)
+
+    def _set_items(self, attributes: Mapping[str, Any]) -> None:
+        super()._set_items({**attributes, **_scrubbed_urls(attributes)})
+
+
+def _scrub_later_urls(span: Span) -> None:
+    """Make ``span`` scrub the URL attributes set on it from now on.
+
+    The SDK span keeps its attributes in a ``BoundedAttributes``; switching that object to the
+    subclass above changes no data, only what a later write does. Any other span (another SDK,
+    a non-recording one) is left as it is: its start was scrubbed all the same.
+    """
+    attributes = getattr(span, "_attributes", None)
+    if type(attributes) is BoundedAttributes:
+        attributes.__class__ = _UrlScrubbingAttributes
 
 
 def _scrubbed_urls(attributes: Mapping[str, Any]) -> dict[str, str]:

@@ -173,6 +173,8 @@ def postmortem_rows(pm: PostMortem) -> list[tuple[ProcessState, str, str]]:
     rows = []
     for p in pm.processes:
         ended = "clean shutdown" if p.clean_shutdown else "no clean shutdown"
+        if p.silent and p.last_heard_unix_ns is not None:
+            ended += f", silent for the last {clock(max(0, pm.as_of_unix_ns - p.last_heard_unix_ns))}"
         if p.innermost is not None:
             doing = "in " + open_span_text(p.innermost)
             others = len(p.open) - 1 - len(p.innermost.chain)

@@ -6,10 +6,16 @@ umbrella groups, or any span opened with ``live=True``) the store also writes a 
 record to ``<run_dir>/live/<group>-<rank>-<pid>.jsonl``; the finished span in ``traces/``
 supersedes it by span id. Per-prompt spans never get one, so the cost stays per step.
 
-Each file holds JSON lines of three kinds (``"record"``):
+Each file holds JSON lines of four kinds (``"record"``):
 
-- ``process``: the first line; the process's resource attributes and when it opened the store.
-- ``start``: one span that started: ids, name, group, start time, thread.
+- ``process``: the first line; the process's resource attributes, when it opened the store, and
+  its heartbeat interval (``heartbeatS``).
+- ``start``: one span that started: ids, name, group, start time, thread (and the step number
+  of ``rl.step``, the planned step count of ``rl.job``).
+- ``alive``: a heartbeat, every :data:`HEARTBEAT_S` while the process's telemetry runs. Without
+  it, a process that hung in a span and was then killed left nothing later than that span's
+  start, so nobody could say how long it hung, nor tell a dead worker on another node from a
+  quiet one.
 - ``shutdown``: the process shut its telemetry down cleanly. A file without one belongs to a
   process that was killed, crashed, or exited without ``shutdown_telemetry``.
 
@@ -21,6 +27,7 @@ is left out, since its finished span says more.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -34,11 +41,14 @@ from rlsight.store._reader import store_files
 from rlsight.store._schema import AttributeValue, SkippedRecord
 
 __all__ = [
+    "HEARTBEAT_S",
     "LIVE_FOLDER",
     "LIVE_GROUPS",
+    "SILENT_AFTER_BEATS",
     "LiveProcess",
     "LiveReadResult",
     "StartRecord",
+    "alive_line",
     "process_line",
     "read_live",
     "shutdown_line",
@@ -55,12 +65,26 @@ LIVE_GROUPS: Final = frozenset({
 })
 NEVER_LIVE: Final = frozenset({RL.PER_PROMPT, RL.ENGINE})
 
+#: Seconds between two heartbeats of a process: one ~50-byte line, so a week-long run adds
+#: ~3 MB per process, against the spans' gigabytes.
+HEARTBEAT_S: Final = 10.0
 
-def process_line(resource: Mapping[str, Any]) -> bytes:
-    """The first line of a live file: who this process is."""
-    return _line({"record": "process", "timeUnixNano": str(time.time_ns()),
+#: A process not heard from for this many of its heartbeat intervals, without a clean shutdown,
+#: is *silent*: killed, frozen (a thread holding the GIL stops the heartbeat too), or on a node
+#: that is gone.
+SILENT_AFTER_BEATS: Final = 3
+
+
+def process_line(resource: Mapping[str, Any], heartbeat_s: float = HEARTBEAT_S) -> bytes:
+    """The first line of a live file: who this process is, and how often it says it runs."""
+    return _line({"record": "process", "timeUnixNano": str(time.time_ns()), "heartbeatS": heartbeat_s,
                   "resource": {k: v if isinstance(v, (str, bool, int, float)) else str(v)
                                for k, v in resource.items()}})
+
+
+def alive_line() -> bytes:
+    """A heartbeat: the process's telemetry still ran at this moment."""
+    return _line({"record": "alive", "timeUnixNano": str(time.time_ns())})
 
 
 def shutdown_line() -> bytes:
@@ -88,6 +112,8 @@ class StartRecord:
     start_ns: int
     thread_id: int
     step: int | None = None
+    total_steps: int | None = None
+    """``rl.total_steps`` of an ``rl.job`` span (``job_span(total_steps=...)``)."""
 
 
 @dataclass(slots=True)
@@ -99,6 +125,24 @@ class LiveProcess:
     opened_ns: int
     shutdown_ns: int | None = None
     file: str = ""
+    heartbeat_s: float | None = None
+    """Its heartbeat interval; ``None`` for a run written by an rlsight before heartbeats."""
+    alive_ns: int | None = None
+    """Its last heartbeat; ``None`` before the first one."""
+
+    @property
+    def last_heard_ns(self) -> int | None:
+        """The last moment it said it ran (opening, heartbeat or shutdown); ``None`` when it
+        writes no heartbeat, since then its silence says nothing."""
+        if self.heartbeat_s is None:
+            return None
+        return max(self.opened_ns, self.alive_ns or 0, self.shutdown_ns or 0)
+
+    def silent(self, now_ns: int) -> bool:
+        """Not heard from for :data:`SILENT_AFTER_BEATS` heartbeats and never shut down."""
+        heard = self.last_heard_ns
+        return (heard is not None and self.heartbeat_s is not None and self.shutdown_ns is None
+                and now_ns - heard > SILENT_AFTER_BEATS * self.heartbeat_s * 1e9)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +159,11 @@ def _process_key(resource: Mapping[str, Any]) -> str:
     if key is not None:
         return str(key)
     return "/".join(str(resource.get(k, "?")) for k in (HOST_NAME, SERVICE_NAME, PROCESS_PID))
+
+
+def _positive(value: object) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
 
 
 def read_live(run_dir: Path | str) -> LiveReadResult:
@@ -134,13 +183,15 @@ def read_live(run_dir: Path | str) -> LiveReadResult:
                 kind = record["record"]
                 if kind == "process":
                     resource = dict(record["resource"])
+                    beat = record.get("heartbeatS")
                     current = LiveProcess(_process_key(resource), resource,
-                                          int64(record["timeUnixNano"]), file=str(path))
+                                          int64(record["timeUnixNano"]), file=str(path),
+                                          heartbeat_s=float(beat) if _positive(beat) else None)
                     result.processes[current.process] = current
                 elif current is None:
                     raise ValueError("record before the file's process line")
                 elif kind == "start":
-                    step = record.get("step")
+                    step, total = record.get("step"), record.get("totalSteps")
                     result.starts.append(StartRecord(
                         process=current.process, trace_id=str(record["traceId"]),
                         span_id=str(record["spanId"]),
@@ -149,7 +200,10 @@ def read_live(run_dir: Path | str) -> LiveReadResult:
                         start_ns=int64(record["startTimeUnixNano"]),
                         thread_id=int64(record.get("threadId") or 0),
                         step=int64(step) if isinstance(step, int) else None,
+                        total_steps=int64(total) if isinstance(total, int) else None,
                     ))
+                elif kind == "alive":
+                    current.alive_ns = max(current.alive_ns or 0, int64(record["timeUnixNano"]))
                 elif kind == "shutdown":
                     current.shutdown_ns = int64(record["timeUnixNano"])
                 else:

@@ -104,7 +104,7 @@ def read_manifest(run_dir: Path | str) -> dict[str, Any] | None:
     """The run's manifest, or ``None`` if it has none (a worker-only folder) or it is unreadable."""
     path = Path(run_dir) / "manifest.json"
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):  # ValueError: not JSON, or not text (UnicodeDecodeError)
         return None
     return data if isinstance(data, dict) else None

@@ -8,7 +8,7 @@ its finished span in ``traces/``). So a live span is filed in a dict when it sta
 out when it ends; every ``interval_s`` a thread writes a record for each span filed since the
 last write that is still open, in one ``write``, and forgets it. A span that ends within the
 interval, as nearly all do, costs its thread one dict set and one dict pop, and is neither
-queued, encoded nor kept alive for the writer.
+queued, encoded nor kept alive for the writer. The same thread writes the process's heartbeat.
 
 Where the step roll-up runs (``rlsight._step_rollup``, every process with numpy), it keeps
 every open span in a dict of its own already; the writer reads that one instead
@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry.sdk.trace import SpanProcessor
 
 from rlsight._readable import span_attributes
-from rlsight._semconv import LIVE, SPAN_GROUP, STEP, THREAD_ID
+from rlsight._semconv import LIVE, SPAN_GROUP, STEP, THREAD_ID, TOTAL_STEPS
 from rlsight.groups import GATE
-from rlsight.store._live import LIVE_GROUPS, NEVER_LIVE
+from rlsight.store._live import LIVE_GROUPS, NEVER_LIVE, alive_line
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -58,11 +59,13 @@ def _marked_live(attrs: Any, group: object) -> bool:
 
 
 class StartRecordProcessor(SpanProcessor):
-    """Writes a start record for each live span still open ``interval_s`` after it started.
+    """Writes a start record for each live span still open ``interval_s`` after it started,
+    and a heartbeat every ``heartbeat_s``.
 
     Args:
         sink: Where the record lines go (the process's live file).
         interval_s: How often the writer thread looks at the live spans filed since.
+        heartbeat_s: How often it says the process still runs (``alive`` lines).
         on_error: Called (on the writing thread) with what a failed write raised.
         open_spans: The open spans another processor keeps by span id (the step roll-up's):
             when given, each write looks there for the spans opened since the last one, and
@@ -72,11 +75,13 @@ class StartRecordProcessor(SpanProcessor):
     #: It may be handed the span itself (rlsight._lean): it only reads it and files it.
     reads_span_in_place: Final = True
 
-    def __init__(self, sink: Sink, *, interval_s: float,
+    def __init__(self, sink: Sink, *, interval_s: float, heartbeat_s: float,
                  on_error: Callable[[BaseException], None] | None = None,
                  open_spans: Mapping[int, Span] | None = None) -> None:
         self._sink = sink
         self._interval = interval_s
+        self._beat_every_ns = int(heartbeat_s * 1e9)
+        self._next_beat_ns = time.monotonic_ns() + self._beat_every_ns
         self._on_error = on_error
         #: Live spans started since the last write and not ended yet, by span id, in start
         #: order. App threads set and pop single keys; the writer copies it and pops what it
@@ -112,27 +117,32 @@ class StartRecordProcessor(SpanProcessor):
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
-            self.write_open()
+            now = time.monotonic_ns()
+            beat = now >= self._next_beat_ns
+            if beat:
+                self._next_beat_ns = now + self._beat_every_ns
+            self.write_open(beat=beat)
 
-    def write_open(self) -> bool:
-        """Write the records of the spans filed since the last write that are still open.
+    def write_open(self, *, beat: bool = False) -> bool:
+        """Write the records of the spans filed since the last write that are still open, and
+        a heartbeat after them when ``beat``.
 
         Returns whether the write went through (a failure goes to ``on_error``).
         """
         with self._write_lock:
             if self._watched is not None:
                 spans = self._opened_since()
-                if not spans:
-                    return True
             else:
                 filed = self._open
-                if not filed:
-                    return True
                 spans = list(filed.values())
                 for sp in spans:
                     filed.pop(sp.context.span_id, None)
+            if not spans and not beat:
+                return True
             try:
-                data = start_lines(spans)
+                data = start_lines(spans) if spans else b""
+                if beat:
+                    data += alive_line()
                 if data:
                     self._sink.write(data)
             except Exception as exc:  # the writing thread must outlive one failed write
@@ -185,6 +195,9 @@ def _start(span: ReadableSpan) -> dict[str, Any]:
     step = attrs.get(STEP)
     if isinstance(step, int):
         out["step"] = step
+    total = attrs.get(TOTAL_STEPS)
+    if isinstance(total, int) and not isinstance(total, bool):
+        out["totalSteps"] = total
     return out
 
 

@@ -180,29 +180,35 @@ def enabled(quick: bool) -> dict[str, object]:
         )
         # The median of 1,000-span batches rarely contains a busy-time window cut (every
         # 10,000 spans or 10 s, on its own thread): the mean over long runs, each ended by
-        # flush_telemetry() (which cuts the window), counts that cost as well.
+        # flush_telemetry() (which cuts the window), counts that cost as well. The two
+        # variants take turns, run by run, so a change in the machine's load (it is shared)
+        # falls on both alike instead of on whichever ran in that stretch.
         sustained_n = 4_000 if quick else 20_000
-        sustained: dict[str, Result] = {}
-        for name in ("raw SDK span, same attributes", "rlsight span() enabled"):
-            one = variants[name]
-            means, callers = [], []
-            for _ in range(3):
+        runs = 5
+        means: dict[str, list[float]] = {}
+        callers: dict[str, list[float]] = {}
+        names = ("raw SDK span, same attributes", "rlsight span() enabled")
+        for _ in range(runs):
+            for name in names:
+                one = variants[name]
                 t0, c0 = time.process_time_ns(), time.thread_time_ns()
                 for _ in range(sustained_n):
                     one()
                 rlsight.flush_telemetry()
-                means.append((time.process_time_ns() - t0) / sustained_n)
-                callers.append((time.thread_time_ns() - c0) / sustained_n)
-            means.sort()
-            callers.sort()
-            sustained[name] = Result(name, means[1], means[2] - means[0])
+                means.setdefault(name, []).append((time.process_time_ns() - t0) / sustained_n)
+                callers.setdefault(name, []).append((time.thread_time_ns() - c0) / sustained_n)
+        sustained: dict[str, Result] = {}
+        for name in names:
+            whole, caller_ns = sorted(means[name]), sorted(callers[name])
+            sustained[name] = Result(name, whole[runs // 2], whole[-1] - whole[0])
             # Where it goes: the calling thread (its spans and the flush), the rest being the
             # store writer, the busy-time window thread and the other threads of the process.
             caller = f"  of which the calling thread ({name})"
-            sustained[caller] = Result(caller, callers[1], callers[2] - callers[0])
+            sustained[caller] = Result(caller, caller_ns[runs // 2], caller_ns[-1] - caller_ns[0])
         long_run = ratio_table(
             f"enabled span, whole process, mean over {sustained_n:,} spans then a flush "
-            "(busy-time window cuts included; median of 3 runs, spread = max - min)",
+            f"(busy-time window cuts included; median of {runs} runs taking turns, "
+            "spread = max - min)",
             sustained,
             [("raw SDK span, same attributes / rlsight (issue #16 target >= 3)",
               "raw SDK span, same attributes", "rlsight span() enabled")],

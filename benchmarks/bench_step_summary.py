@@ -78,7 +78,7 @@ def main() -> None:
         proc._rows[:] = rows
         proc._first = proc._window_from = 0
         proc._open_steps[step_id] = 0
-        proc._step_ended(step_id, step)  # type: ignore[arg-type]
+        proc._step_ended(step_id, now)
 
     def take() -> LiveSpans:
         proc._rows[:] = rows

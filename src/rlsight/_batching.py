@@ -10,7 +10,6 @@ unreachable collector turns a 5 s budget into half a minute.
 from __future__ import annotations
 
 import collections
-import functools
 import itertools
 import logging
 import operator
@@ -146,27 +145,17 @@ class BatchingSpanProcessor(SpanProcessor):
     #: Its ``on_end`` may be handed the ended span itself (rlsight._lean): it only reads it.
     reads_span_in_place: Final = True
 
-    def lean_on_end(self, starter: Any) -> Callable[[Any], None] | None:
-        """What the spans of an rlsight ``LeanStarter`` end through (``rlsight._lean``): when
-        ``takes_rows`` accepts the starter, ``on_end`` that queues a plain span (a plain dict
-        of attributes, see ``rlsight._lean.LeanSpan``) as its row of fields, which the export
-        encodes as it would the span, so the span can go as soon as its block ends; else
-        ``None`` (``on_end``)."""
+    def lean_on_row(self, starter: Any) -> Callable[[Any], None] | None:
+        """What the plain spans of an rlsight ``LeanStarter`` end through (``rlsight._lean``):
+        when ``takes_rows`` accepts the starter, :meth:`on_end` with the span's row of fields
+        (which the export encodes as it would the span, so the span can go as soon as its
+        block ends); else ``None`` (``on_end`` with the span)."""
         if self._takes_rows is not None and self._takes_rows(starter):
-            return functools.partial(self._ended, True)  # one Python call per span, not two
+            return self.on_end
         return None
 
-    def on_end(self, span: ReadableSpan) -> None:
-        self._ended(False, span)
-
-    def _ended(self, as_row: bool, span: Any) -> None:
-        """``on_end``; ``as_row``: ``span`` is a LeanSpan of the starter ``takes_rows`` took."""
-        if as_row:
-            attrs = span._attributes
-            if type(attrs) is dict:
-                context, parent = span._context, span._parent
-                span = (span._start_time, span._end_time, context[0], context[1],
-                        0 if parent is None else parent[1], span._name, attrs)
+    def on_end(self, span: Any) -> None:
+        """Queue an ended span, or a row of a starter ``takes_rows`` took (see :meth:`lean_on_row`)."""
         if self._stopped:
             self.dropped["after_shutdown"] += 1
             return

@@ -15,7 +15,9 @@ is inside: its attributes stay the plain dict rlsight already cleaned until some
 (then the SDK's ``BoundedAttributes``), its event and link lists are made on first use, the
 fields every span shares live on the class, and start and end call the provider's
 processors directly. rlsight's own processors (the store, start records, the step roll-up,
-OTLP: classes that declare ``reads_span_in_place``) get the span itself; any other (a
+OTLP: classes that declare ``reads_span_in_place``) get the span itself, or, at the end of a
+plain span, its :data:`Row` of fields, made once for those that file rows (the store, the
+roll-up); any other (a
 ``span_processors=`` entry, one added to the provider later) gets what the SDK gives it:
 ``on_start`` with the span, ``_on_ending``, and one ``ReadableSpan`` copy per end. The
 store encodes a LeanSpan from its fields as it does an SDK span (it overrides none of
@@ -54,7 +56,7 @@ from opentelemetry.trace.status import Status, StatusCode
 from rlsight._current import _VAR, current_span
 from rlsight._ids import SeedIndependentIdGenerator
 
-__all__ = ["LeanSpan", "LeanStarter"]
+__all__ = ["LeanSpan", "LeanStarter", "Row"]
 
 _SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
 _SAMPLED_RANDOM: Final = TraceFlags(TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID)
@@ -78,13 +80,21 @@ _sdk_log: Final = logging.getLogger(_sdk.__name__)
 #: How a LeanSpan reaches the provider's processors: their ``on_start`` methods (each called
 #: with the span and the parent context, positionally); their
 #: ``on_end`` methods when all are rlsight's (each takes the span itself); else ``None`` there
-#: and, last, the ``_on_ending`` methods of the others and every ``on_end`` with whether it
-#: wants a ``ReadableSpan`` copy (a processor that is not rlsight's: the SDK gives it one).
+#: and, third, the ``_on_ending`` methods of the others and every ``on_end`` with whether it
+#: wants a ``ReadableSpan`` copy (a processor that is not rlsight's: the SDK gives it one);
+#: last, when all are rlsight's and one of them files a plain span's row (see :func:`_route`),
+#: what a plain span ends through: the callables that take its row, then the ``on_end``
+#: methods of the others (else ``None``).
 Route = tuple[
     tuple[Callable[..., object], ...],
     tuple[Callable[[Any], object], ...],
     "tuple[tuple[Callable[[Any], object], ...], tuple[tuple[Callable[[Any], object], bool], ...]] | None",
+    "tuple[tuple[Callable[[Row], object], ...], tuple[Callable[[Any], object], ...]] | None",
 ]
+#: A plain LeanSpan's fields, as it hands them to the processors that file rows (see
+#: :class:`LeanSpan`): start, end, trace id, span id, parent span id (0: a root), name,
+#: attributes (its plain dict).
+Row = tuple[int, int, int, int, int, str, dict[str, Any]]
 
 
 def _default_sampler(sampler: object) -> bool:
@@ -138,7 +148,7 @@ class LeanStarter:
         #: Shared attribute dicts (``start(shared=True)``) found plain, by id.
         self._plain_shared: dict[int, Mapping[str, Any]] = {}
         self._seen: object = _NOT_SEEN  # so the first start computes the route
-        self._route: Route = ((), (), None)
+        self._route: Route = ((), (), None, None)
 
     def start(self, name: str, attributes: Mapping[str, Any], start_time: int | None,
               shared: bool = False) -> LeanSpan | None:
@@ -247,7 +257,8 @@ class LeanSpan(_Span):
     ``_events``/``_links`` are an empty tuple until the first one is added; its ``_lock`` is
     made on first use (an end without one is guarded by a module lock); the fields every
     span of its starter shares are read from ``_starter``; :meth:`start` and :meth:`end` call
-    the starter's route (rlsight's processors) with the span itself.
+    the starter's route (rlsight's processors) with the span itself (a plain span's end, with
+    its :data:`Row` where a processor takes rows).
 
     Plain: its attributes were scalars within the limits, its context carries no trace state,
     and nothing was set on it since (no attribute, status, event or link: the first such
@@ -332,9 +343,9 @@ class LeanSpan(_Span):
             if self._start_time is None:
                 raise RuntimeError("Calling end() on a not started span.")
             ended = self._end_time is not None
+            attrs: Any = self._attributes
             if not ended:
                 self._end_time = end_time if end_time is not None else _sdk.time_ns()  # type: ignore[attr-defined]
-                attrs: Any = self._attributes
                 if type(attrs) is not dict:
                     attrs._immutable = True
         finally:
@@ -342,8 +353,22 @@ class LeanSpan(_Span):
         if ended:
             _sdk_log.warning("Calling end() on an ended span.")
             return
-        _, ends, mixed = self._starter._route
+        _, ends, mixed, plain = self._starter._route
         if mixed is None:
+            if plain is not None and type(attrs) is dict:
+                # A plain span: its row, made once for every processor that files one (the
+                # store queues it, the roll-up keeps it), so the span can go when its block
+                # ends. Ended, nothing can change the fields it holds.
+                context: Any = self._context
+                parent = self._parent
+                row: Any = (self._start_time, self._end_time, context[0], context[1],
+                       0 if parent is None else parent[1], self._name, attrs)
+                takes_rows, takes_spans = plain
+                for on_row in takes_rows:
+                    on_row(row)
+                for on_end in takes_spans:
+                    on_end(self)
+                return
             # The span itself, not a ReadableSpan copy: nothing can change it once ended.
             for on_end in ends:
                 on_end(self)
@@ -394,13 +419,16 @@ LeanSpan._lock = property(_span_lock)  # type: ignore[assignment]
 def _route(processors: Sequence[SpanProcessor], starter: LeanStarter) -> Route:
     """How the spans of ``starter`` reach ``processors``, in their order (see :data:`Route`).
 
-    An own processor that defines ``lean_on_end(starter)`` may return another callable for
-    the spans of ``starter`` to end through (the store queues a plain span's fields, not the
-    span: see :class:`~rlsight._batching.BatchingSpanProcessor`); ``None`` keeps ``on_end``.
+    An own processor that defines ``lean_on_row(starter)`` may return a callable that takes
+    a plain span's :data:`Row` in place of its ``on_end`` (``None`` keeps ``on_end``): the
+    row is made once for all of them, and holds no span (see
+    :class:`~rlsight._batching.BatchingSpanProcessor`, ``rlsight._step_rollup``).
     """
     starts: list[Callable[..., object]] = []
     ends: list[tuple[Callable[[Any], object], bool]] = []
     endings: list[Callable[[Any], object]] = []
+    takes_rows: list[Callable[[Row], object]] = []
+    takes_spans: list[Callable[[Any], object]] = []
     for proc in processors:
         kind = type(proc)
         own = bool(getattr(kind, "reads_span_in_place", False))
@@ -412,11 +440,17 @@ def _route(processors: Sequence[SpanProcessor], starter: LeanStarter) -> Route:
             endings.append(proc._on_ending)
             ends.append((proc.on_end, True))
         elif kind.on_end is not SpanProcessor.on_end:
-            lean_on_end = getattr(proc, "lean_on_end", None)
-            ends.append(((lean_on_end and lean_on_end(starter)) or proc.on_end, False))
+            ends.append((proc.on_end, False))
+            lean_on_row = getattr(proc, "lean_on_row", None)
+            on_row = lean_on_row(starter) if lean_on_row is not None else None
+            if on_row is not None:
+                takes_rows.append(on_row)
+            else:
+                takes_spans.append(proc.on_end)
     if not endings:
-        return tuple(starts), tuple(on_end for on_end, _ in ends), None
-    return tuple(starts), (), (tuple(endings), tuple(ends))
+        plain = (tuple(takes_rows), tuple(takes_spans)) if takes_rows else None
+        return tuple(starts), tuple(on_end for on_end, _ in ends), None, plain
+    return tuple(starts), (), (tuple(endings), tuple(ends)), None
 
 
 def _by_keyword(on_start: Callable[..., object]) -> Callable[[Any, Any], object]:

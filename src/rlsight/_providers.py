@@ -138,6 +138,14 @@ class ProviderBuilder:
             stem = _SAFE.sub("_", f"{self._identity.worker_group}-{self._identity.rank}-{os.getpid()}")
             if self._driver and self.config.prometheus_port is not None:
                 readers.append(self._build_prometheus())
+            from rlsight._step_rollup import StepRollupProcessor, rollup_available
+
+            # Every process: its busy time per window; the driver: each step's goodput too.
+            # Made before the store, whose start records read the open spans it keeps; added
+            # to the provider last, as before.
+            if rollup_available(self._driver):
+                # The mixin is only ever a Telemetry's base.
+                self._rollup = StepRollupProcessor(cast("Telemetry", self), steps=self._driver)
             exporters: tuple[Any, Any] = (None, None)
             try:
                 # The exporters first: one that cannot be built (the grpc extra missing) is a
@@ -154,18 +162,16 @@ class ProviderBuilder:
                 if self._prometheus is not None:
                     self._prometheus.close()
                     self._prometheus = None
+                if self._rollup is not None:  # stops its window thread
+                    self._rollup.shutdown()
+                    self._rollup = None
                 raise
             if otlp_reader is not None:
                 self._otlp_metric_reader = otlp_reader
                 readers.append(otlp_reader)
             for processor in self._extra_processors:
                 tp.add_span_processor(processor)
-            from rlsight._step_rollup import StepRollupProcessor, rollup_available
-
-            # Every process: its busy time per window; the driver: each step's goodput too.
-            if rollup_available(self._driver):
-                # The mixin is only ever a Telemetry's base.
-                self._rollup = StepRollupProcessor(cast("Telemetry", self), steps=self._driver)
+            if self._rollup is not None:
                 tp.add_span_processor(self._rollup)
             readers.extend(self._extra_readers)
             mp = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
@@ -284,11 +290,16 @@ class ProviderBuilder:
         heartbeat_s = _live.HEARTBEAT_S
         sink.write(_live.process_line(self.resource_attributes, heartbeat_s))
         self._starts_sink = sink
+        # Where the roll-up runs, it keeps the open spans already: the start records are
+        # written from those, and spans are not filed a second time.
+        open_spans = None if self._rollup is None else self._rollup.open_spans
         self._starts = StartRecordProcessor(
             sink, interval_s=_STORE_INTERVAL_MS / 1000, heartbeat_s=heartbeat_s,
             on_error=lambda exc: self.report_internal_error("store-live", exc),
+            open_spans=open_spans,
         )
-        tp.add_span_processor(self._starts)
+        if open_spans is None:
+            tp.add_span_processor(self._starts)
 
     def _build_prometheus(self) -> MetricReader:
         host, port = self.config.prometheus_host, self.config.prometheus_port

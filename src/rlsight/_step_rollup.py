@@ -36,7 +36,7 @@ from __future__ import annotations
 import importlib.util
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
@@ -153,6 +153,12 @@ class StepRollupProcessor(SpanProcessor):
             # watchdog). A worker imports it in the window thread, when its first window ends.
             import rlsight.analysis.online  # noqa: F401
 
+    @property
+    def open_spans(self) -> Mapping[int, Span]:
+        """The spans started and not yet ended, by span id (read only: app threads add and
+        remove them; the start records are written from it, see ``store._start_writer``)."""
+        return self._open
+
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         try:  # the SDK's own fields: a property read costs as much as the rest of this call
             sid, name = span._context[1], span._name  # type: ignore[index]  # SpanContext: a tuple
@@ -167,14 +173,23 @@ class StepRollupProcessor(SpanProcessor):
         # _row(span), inlined: this runs once per span, and a call is one more per span.
         try:
             context, parent = span._context, span._parent
-            sid = context[1]  # type: ignore[index]
-            row = (span._start_time, span._end_time, context[0], sid,  # type: ignore[index]
+            row = (span._start_time, span._end_time, context[0], context[1],  # type: ignore[index]
                    0 if parent is None else parent[1], span._name, span._attributes)
         except AttributeError:
             row = _row(span)
-            sid = row[_SPAN_ID]
+        self._file(row)
+
+    def lean_on_row(self, starter: object) -> Callable[[tuple[Any, ...]], None]:
+        """What a plain span of rlsight's ``LeanStarter`` ends through (``rlsight._lean``):
+        :meth:`_file` with the row the span makes once for every processor that takes one
+        (the same fields, in the same order, as :meth:`on_end` reads)."""
+        return self._file
+
+    def _file(self, row: tuple[Any, ...]) -> None:
+        """File an ended span's row (see the module doc)."""
         rows = self._rows
         rows += row
+        sid = row[_SPAN_ID]
         # Filed before it leaves the open spans: a roll-up copies the open spans, then the
         # rows, so it sees a span ending meanwhile in one or both (see _take), never in neither.
         # ``del``, not ``pop(sid, None)``: no method call on every span (nor a ``with
@@ -190,7 +205,7 @@ class StepRollupProcessor(SpanProcessor):
         if len(rows) >= self._full_at:
             self._window_full()
         if sid in self._open_steps:
-            self._step_ended(sid, span)
+            self._step_ended(sid, row[1] or 0)
 
     def _window_full(self) -> None:
         """Wake the window thread, or cut on this thread once it falls behind (:meth:`_help_cut`);
@@ -237,13 +252,14 @@ class StepRollupProcessor(SpanProcessor):
             self._first = keep
         self._full_at = (self._window_from - self._first + WINDOW_SPANS) * _ROW
 
-    def _step_ended(self, sid: int, step: ReadableSpan) -> None:
+    def _step_ended(self, sid: int, end: int) -> None:
+        """Roll up the step ``sid`` that ended at ``end`` (ns)."""
         with self._lock:
             first_row = self._open_steps.pop(sid, None)
             if first_row is None:
                 return
             try:
-                _, _, spans = self._take(first_row, step.end_time or 0, [])
+                _, _, spans = self._take(first_row, end, [])
                 from rlsight.analysis.online import live_columns
 
                 self._roll_up(sid, live_columns(spans))

@@ -149,3 +149,64 @@ def test_silence_needs_a_heartbeat_interval_and_no_clean_shutdown() -> None:
     assert quiet.last_heard_ns == 5 and quiet.silent(5 + 30 * 10**9 + 1)
     done = LiveProcess("p", {}, opened_ns=0, heartbeat_s=10.0, alive_ns=7, shutdown_ns=9)
     assert done.last_heard_ns == 9 and not done.silent(10**15)
+
+
+def test_start_records_read_from_the_open_spans_another_processor_keeps(tmp_path: Path) -> None:
+    """With ``open_spans`` (the step roll-up's), the writer files nothing itself: each write
+    records the live spans opened there since the last one and still open, once each, in start
+    order; spans that ended meanwhile, and other kinds, get none."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from rlsight.store._live import process_line
+    from rlsight.store._sink import FileSink
+    from rlsight.store._start_writer import StartRecordProcessor
+
+    sink = FileSink(tmp_path / "live" / "p.jsonl")
+    sink.write(process_line({"service.instance.id": "p"}))
+    opened: dict[int, object] = {}
+    starts = StartRecordProcessor(sink, interval_s=3600, heartbeat_s=3600,
+                                  open_spans=opened)  # type: ignore[arg-type]
+    tracer = TracerProvider(shutdown_on_exit=False).get_tracer("t")
+
+    def live(name: str, group: str = RL.TRAINING) -> object:
+        span = tracer.start_span(name, attributes={"rl.span_group": group, "thread.id": 1})
+        opened[span.get_span_context().span_id] = span
+        return span
+
+    def end(span: object) -> None:
+        span.end()  # type: ignore[attr-defined]
+        opened.pop(span.get_span_context().span_id)  # type: ignore[attr-defined]
+
+    def written() -> list[str]:
+        return [s.name for s in read_live(tmp_path).starts]
+
+    try:
+        first, second = live("rl.first"), live("rl.second")
+        end(live("rl.ended"))
+        short = live("rl.short", RL.REWARD)  # not a long-lived kind
+        assert starts.write_open() and starts.write_open()  # the second finds nothing new
+        assert written() == ["rl.first", "rl.second"]
+        end(first)
+        later = live("rl.later")
+        assert starts.close()  # what opened since is written on the way out
+        assert written() == ["rl.first", "rl.second", "rl.later"]
+        assert starts._seen == {s.get_span_context().span_id  # type: ignore[attr-defined]
+                                for s in (second, short, later)}  # ended ones are forgotten
+        assert not starts._open  # nothing filed here
+    finally:
+        sink.close()
+
+
+def test_where_the_roll_up_runs_start_records_come_from_its_open_spans(run_dir: Path) -> None:
+    """The roll-up keeps every open span already: the start-record writer reads those, and is
+    not a processor of its own (a span is filed once, not twice)."""
+    from rlsight import runtime
+
+    with capture_telemetry(run_dir=run_dir), step_span(1):
+        tel = runtime._ACTIVE
+        assert tel is not None and tel._rollup is not None and tel._starts is not None
+        assert tel._starts._watched is tel._rollup.open_spans
+        provider = tel._tracer_provider
+        assert provider is not None
+        assert tel._starts not in provider._active_span_processor._span_processors
+        assert {"rl.step"} <= _wait_for_starts(run_dir, {"rl.step"})

@@ -27,6 +27,7 @@ from opentelemetry.trace.status import Status, StatusCode
 
 from rlsight._batching import BatchingSpanProcessor
 from rlsight._lean import LeanSpan, LeanStarter
+from rlsight._stamps import stamps
 from rlsight.store._span_codec import (
     _CACHE_MAX,
     SpanCodec,
@@ -186,8 +187,11 @@ def _span(draw: st.DrawFn, tracers: Sequence[sdk_trace.Tracer]) -> ReadableSpan:
             from opentelemetry import context as otel_context
 
             token = otel_context.attach(ctx)
+        # Some share a stamp dict (rlsight._stamps), which the codec encodes once and reuses.
+        shared = plain and draw(st.booleans())
+        given = stamps(("codec-test", repr(list(attrs.items()))), attrs) if shared else dict(attrs)
         try:
-            span = _starter(tracer).start(name, dict(attrs), start)
+            span = _starter(tracer).start(name, given, start, shared)
         finally:
             if token is not None:
                 otel_context.detach(token)
@@ -231,13 +235,20 @@ def _starter(tracer: sdk_trace.Tracer) -> LeanStarter:
 
 def _queued(spans: Sequence[ReadableSpan], rows: StoreRows) -> list[Any]:
     """What a store processor taking ``rows`` queues for ``spans``: a row for each plain
-    span of the starter it adopts (the first one offered), the span itself for any other."""
+    span of the starter it adopts (the first one offered; made as ``LeanSpan.end`` makes it,
+    see ``rlsight._lean.Row``), the span itself for any other."""
     proc = BatchingSpanProcessor(lambda batch: True, name="t", interval_s=60,
                                  takes_rows=rows.adopt)
     try:
         for span in spans:
-            lean_end = proc.lean_on_end(span._starter) if type(span) is LeanSpan else None
-            (lean_end or proc.on_end)(span)
+            on_row = proc.lean_on_row(span._starter) if type(span) is LeanSpan else None
+            attrs = span._attributes
+            if on_row is not None and type(attrs) is dict:
+                context, parent = span._context, span._parent
+                on_row((span._start_time, span._end_time, context[0], context[1],
+                        0 if parent is None else parent[1], span._name, attrs))
+            else:
+                proc.on_end(span)
         return list(proc._queue)
     finally:
         proc._queue.clear()
@@ -361,8 +372,6 @@ def test_a_dict_spans_share_is_encoded_once_and_any_other_as_it_is_now() -> None
     """rlsight's shared stamp dicts (never changed) are encoded once; any other plain dict
     is read afresh on every span, so a hand-made span's dict changed between two batches is
     written as it is at each."""
-    from rlsight._stamps import stamps
-
     codec = SpanCodec(orjson.dumps)
     shared = stamps(("codec-test",), {"rl.span_group": "generation", "thread.id": 5})
     own = {"k": 1}

@@ -16,6 +16,7 @@ compares the two on any attributes, events, links, status and text).
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -176,7 +177,7 @@ class SpanCodec:
         self._by_fields: dict[type, bool] = {}
         #: id of a shared attribute dict (:mod:`rlsight._stamps`) -> it, its KeyValues' text.
         self._shared: dict[int, tuple[dict[str, Any], str]] = {}
-        self._add_span, self._add_row = self._span_adders()
+        self._add_span, self._add_rows = self._span_adders()
 
     def add_span(self, span: ReadableSpan, append: Append) -> None:
         """Append ``span``'s JSON object and a comma to a request, in pieces."""
@@ -185,7 +186,7 @@ class SpanCodec:
     def add_row(self, row: Row, append: Append) -> None:
         """Append the JSON object (and a comma) of the plain span ``row`` holds (see
         :class:`StoreRows`): what :meth:`add_span` appends for that span."""
-        self._add_row(row, append)
+        self._add_rows((row,), append)
 
     def _text(self, obj: object) -> str:
         return self._serialize(obj).decode()
@@ -202,37 +203,37 @@ class SpanCodec:
         by_fields = False
         parts: list[str] = []
         append: Append = parts.append
-        add_span, add_row = self._add_span, self._add_row
-        for span in spans:
-            kind = type(span)
-            resource: Any
-            scope: Any
+        add_span, add_rows = self._add_span, self._add_rows
+        # Runs of rows (nearly every item of a busy store's batch) go to add_rows whole:
+        # one call and one group look-up per run, not per row.
+        for kind, run in itertools.groupby(spans, type):
             if kind is tuple:
                 assert rows is not None, "a batch with rows is encoded with their StoreRows"
                 resource, scope = rows.resource, rows.scope
-            elif kind is PreparedSpan:
-                resource, scope = span.resource, span.scope
-            else:
-                if kind is not last_kind:
-                    last_kind, by_fields = kind, self._reads_fields(kind)
-                if by_fields:
-                    resource, scope = span._resource, span._instrumentation_scope
+                if resource is not last_resource or scope is not last_scope or not parts:
+                    parts = self._group(by_resource, resource, scope)
+                    append = parts.append
+                    last_resource, last_scope = resource, scope
+                add_rows(run, append)
+                continue
+            for span in run:
+                if kind is PreparedSpan:
+                    resource, scope = span.resource, span.scope
                 else:
-                    resource, scope = span.resource, span.instrumentation_scope
-            if resource is not last_resource or scope is not last_scope or not parts:
-                key = scope if type(scope) is tuple else _scope_key(scope)
-                entry = by_resource.get(id(resource))
-                if entry is None:
-                    entry = by_resource[id(resource)] = (resource, {})
-                parts = entry[1].setdefault(key, [])
-                append = parts.append
-                last_resource, last_scope = resource, scope
-            if kind is tuple:
-                add_row(span, append)
-            elif kind is PreparedSpan:
-                append(span.text)
-            else:
-                add_span(span, append, by_fields)
+                    if kind is not last_kind:
+                        last_kind, by_fields = kind, self._reads_fields(kind)
+                    if by_fields:
+                        resource, scope = span._resource, span._instrumentation_scope
+                    else:
+                        resource, scope = span.resource, span.instrumentation_scope
+                if resource is not last_resource or scope is not last_scope or not parts:
+                    parts = self._group(by_resource, resource, scope)
+                    append = parts.append
+                    last_resource, last_scope = resource, scope
+                if kind is PreparedSpan:
+                    append(span.text)
+                else:
+                    add_span(span, append, by_fields)
         if not by_resource:
             return b'{"resourceSpans":[]}\n'
         out = ['{"resourceSpans":[']
@@ -246,6 +247,16 @@ class SpanCodec:
             out[-1] = "]}]},"
         out[-1] = "]}]}]}\n"
         return "".join(out).encode()
+
+    @staticmethod
+    def _group(by_resource: dict[int, tuple[Any, dict[tuple[str, str], list[str]]]],
+               resource: Any, scope: Any) -> list[str]:
+        """The pieces of the request's group for ``resource`` and ``scope`` (made if new)."""
+        key = scope if type(scope) is tuple else _scope_key(scope)
+        entry = by_resource.get(id(resource))
+        if entry is None:
+            entry = by_resource[id(resource)] = (resource, {})
+        return entry[1].setdefault(key, [])
 
     def _reads_fields(self, kind: type) -> bool:
         """Whether ``kind``'s properties are ``ReadableSpan``'s (then its fields say it all)."""
@@ -279,9 +290,9 @@ class SpanCodec:
         return head
 
     def _span_adders(self) -> tuple[Callable[[ReadableSpan, Append, bool], None],
-                                     Callable[[Row, Append], None]]:
+                                     Callable[[Iterable[Row], Append], None]]:
         """:meth:`add_span` (for a span type that does or does not read from its fields) and
-        :meth:`add_row`: closures, whose caches are locals (cheaper to reach than attributes)."""
+        a run of :meth:`add_row`: closures, whose caches are locals (cheaper to reach than attributes)."""
         text = self._text
         names, trace_ids, parents, kvs = self._names, self._trace_ids, self._parents, self._kvs
         shared, stamped = self._shared, _stamps.BY_ID
@@ -392,42 +403,48 @@ class SpanCodec:
             head = "]," if parent is None else f'],"parentSpanId":"{parent[1]:016x}",'
             append(head + text(rest)[1:] + ",")
 
-        def add_row(row: Row, append: Append) -> None:
-            # add_span's common case, for what a row leaves out: see StoreRows.
-            start, end, trace_id, span_id, parent_id, name, attrs = row
-            start = start or 0
-            end = end or start
-            trace_hex = trace_ids.get(trace_id)
-            try:
-                if type(start) is not int or type(end) is not int:
-                    raise OverflowError  # written as str() writes it, through the mapping
-                span_hex = span_id.to_bytes(8, "big").hex()
-                if trace_hex is None:
-                    trace_hex = (trace_id.to_bytes(16, "big").hex() if not parent_id
-                                 else trace_id_of(trace_id))
-            except OverflowError:
-                append(text(row_mapping(row)) + ",")
-                return
-            encoded_name = names.get(name)
-            if encoded_name is None:
-                encoded_name = name_of(name)
-            append(
-                f'{{"traceId":"{trace_hex}","spanId":"{span_hex}","name":{encoded_name},'
-                f'"kind":1,"startTimeUnixNano":"{start}","endTimeUnixNano":"{end}",'
-                '"attributes":['
-            )
-            memo = shared.get(id(attrs))
-            if memo is not None and memo[0] is attrs:
-                append(memo[1])
-            elif attrs:
-                add_key_values(attrs, attrs, append)
-            if not parent_id:
-                append("]},")
-            else:
-                tail = parents.get(parent_id)
-                append(tail if tail is not None else parent_of(parent_id))
+        def add_rows(rows: Iterable[Row], append: Append) -> None:
+            # add_span's common case, for what a row leaves out (see StoreRows): one loop
+            # for a run of rows, and one piece per row when its attributes are a shared dict.
+            for row in rows:
+                start, end, trace_id, span_id, parent_id, name, attrs = row
+                start = start or 0
+                end = end or start
+                trace_hex = trace_ids.get(trace_id)
+                try:
+                    if type(start) is not int or type(end) is not int:
+                        raise OverflowError  # written as str() writes it, through the mapping
+                    span_hex = span_id.to_bytes(8, "big").hex()
+                    if trace_hex is None:
+                        trace_hex = (trace_id.to_bytes(16, "big").hex() if not parent_id
+                                     else trace_id_of(trace_id))
+                except OverflowError:
+                    append(text(row_mapping(row)) + ",")
+                    continue
+                encoded_name = names.get(name)
+                if encoded_name is None:
+                    encoded_name = name_of(name)
+                tail: str | None = "]}," if not parent_id else parents.get(parent_id)
+                if tail is None:
+                    tail = parent_of(parent_id)
+                memo = shared.get(id(attrs))
+                if memo is not None and memo[0] is attrs:
+                    append(
+                        f'{{"traceId":"{trace_hex}","spanId":"{span_hex}","name":{encoded_name},'
+                        f'"kind":1,"startTimeUnixNano":"{start}","endTimeUnixNano":"{end}",'
+                        f'"attributes":[{memo[1]}{tail}'
+                    )
+                    continue
+                append(
+                    f'{{"traceId":"{trace_hex}","spanId":"{span_hex}","name":{encoded_name},'
+                    f'"kind":1,"startTimeUnixNano":"{start}","endTimeUnixNano":"{end}",'
+                    '"attributes":['
+                )
+                if attrs:
+                    add_key_values(attrs, attrs, append)
+                append(tail)
 
-        return add_span, add_row
+        return add_span, add_rows
 
     def _name(self, name: str) -> str:
         if len(self._names) >= _CACHE_MAX:

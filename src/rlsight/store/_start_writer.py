@@ -9,6 +9,10 @@ out when it ends; every ``interval_s`` a thread writes a record for each span fi
 last write that is still open, in one ``write``, and forgets it. A span that ends within the
 interval, as nearly all do, costs its thread one dict set and one dict pop, and is neither
 queued, encoded nor kept alive for the writer. The same thread writes the process's heartbeat.
+
+Where the step roll-up runs (``rlsight._step_rollup``, every process with numpy), it keeps
+every open span in a dict of its own already; the writer reads that one instead
+(``open_spans``), and a span costs its thread nothing for its start record.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry.sdk.trace import SpanProcessor
@@ -33,6 +37,16 @@ if TYPE_CHECKING:
     from rlsight.store._sink import Sink
 
 __all__ = ["StartRecordProcessor", "start_lines"]
+
+
+def _is_live(span: Any) -> bool:
+    """Whether ``span`` gets a start record (see :mod:`rlsight.store._live`)."""
+    attrs: Any = span._attributes  # rlsight's processors see SDK spans only
+    if type(attrs) is not dict:  # a LeanSpan's plain dict, else the SDK's
+        attrs = span_attributes(span)
+    group = attrs.get(SPAN_GROUP)
+    # The two group lists tested here (no call for nearly every span); the rest in a call.
+    return group in LIVE_GROUPS or (group not in NEVER_LIVE and _marked_live(attrs, group))
 
 
 def _marked_live(attrs: Any, group: object) -> bool:
@@ -53,13 +67,17 @@ class StartRecordProcessor(SpanProcessor):
         interval_s: How often the writer thread looks at the live spans filed since.
         heartbeat_s: How often it says the process still runs (``alive`` lines).
         on_error: Called (on the writing thread) with what a failed write raised.
+        open_spans: The open spans another processor keeps by span id (the step roll-up's):
+            when given, each write looks there for the spans opened since the last one, and
+            this processor files nothing (it need not be added to the provider).
     """
 
     #: It may be handed the span itself (rlsight._lean): it only reads it and files it.
     reads_span_in_place: Final = True
 
     def __init__(self, sink: Sink, *, interval_s: float, heartbeat_s: float,
-                 on_error: Callable[[BaseException], None] | None = None) -> None:
+                 on_error: Callable[[BaseException], None] | None = None,
+                 open_spans: Mapping[int, Span] | None = None) -> None:
         self._sink = sink
         self._interval = interval_s
         self._beat_every_ns = int(heartbeat_s * 1e9)
@@ -69,6 +87,10 @@ class StartRecordProcessor(SpanProcessor):
         #: order. App threads set and pop single keys; the writer copies it and pops what it
         #: wrote (each one operation under the GIL: no lock on the span path).
         self._open: dict[int, Span] = {}
+        self._watched = open_spans
+        #: With ``open_spans``: the ids among them the writer has looked at (and written if
+        #: live), kept while they stay open.
+        self._seen: set[int] = set()
         self._closed = False
         self._write_lock = threading.Lock()
         self._stop = threading.Event()
@@ -76,18 +98,22 @@ class StartRecordProcessor(SpanProcessor):
         self._thread.start()
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        attrs: Any = span._attributes  # rlsight's processors see SDK spans only
-        if type(attrs) is not dict:  # a LeanSpan's plain dict, else the SDK's
-            attrs = span_attributes(span)
-        group = attrs.get(SPAN_GROUP)
-        # The two group lists tested here (no call for nearly every span); the rest in a call.
-        live = group in LIVE_GROUPS or (group not in NEVER_LIVE and _marked_live(attrs, group))
-        if live and not self._closed:
+        if _is_live(span) and not self._closed:
             self._open[span._context[1]] = span  # type: ignore[index]
 
     def on_end(self, span: ReadableSpan) -> None:
         if self._open:
             self._open.pop(span._context[1], None)  # type: ignore[index]
+
+    def lean_on_row(self, starter: object) -> Callable[[tuple[Any, ...]], None]:
+        """What a plain span of rlsight's ``LeanStarter`` ends through (``rlsight._lean``):
+        :meth:`_row_ended`, with the row it makes once for every processor that takes one."""
+        return self._row_ended
+
+    def _row_ended(self, row: tuple[Any, ...]) -> None:
+        """:meth:`on_end` for a plain span's row (its span id is its fourth field)."""
+        if self._open:
+            self._open.pop(row[3], None)
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
@@ -104,12 +130,15 @@ class StartRecordProcessor(SpanProcessor):
         Returns whether the write went through (a failure goes to ``on_error``).
         """
         with self._write_lock:
-            filed = self._open
-            if not filed and not beat:
+            if self._watched is not None:
+                spans = self._opened_since()
+            else:
+                filed = self._open
+                spans = list(filed.values())
+                for sp in spans:
+                    filed.pop(sp.context.span_id, None)
+            if not spans and not beat:
                 return True
-            spans = list(filed.values())
-            for sp in spans:
-                filed.pop(sp.context.span_id, None)
             try:
                 data = start_lines(spans) if spans else b""
                 if beat:
@@ -121,6 +150,19 @@ class StartRecordProcessor(SpanProcessor):
                     self._on_error(exc)
                 return False
             return True
+
+    def _opened_since(self) -> list[Span]:
+        """The live spans among ``open_spans`` opened since the last look, in start order."""
+        watched = self._watched
+        assert watched is not None
+        # Set operations on the keys: one C-level pass each, atomic under the GIL while app
+        # threads add and remove spans. Ids that closed since leave ``_seen``.
+        new = watched.keys() - self._seen
+        self._seen &= watched.keys()
+        if not new:
+            return []
+        self._seen |= new
+        return [sp for sid, sp in list(watched.items()) if sid in new and _is_live(sp)]
 
     def close(self) -> bool:
         """Stop the thread and write what is still open (the runtime bounds how long)."""

@@ -109,6 +109,28 @@ def test_a_worker_that_went_silent_mid_run_is_aged_to_its_last_heartbeat() -> No
     assert rows["trainer"] == "no clean shutdown"
 
 
+def test_a_worker_killed_after_its_last_heartbeat_says_when_its_span_started() -> None:
+    """A worker that died between heartbeats, inside a span it started after the last one: its
+    age to that heartbeat is nothing, so the row says when the span started instead of the
+    ``open 0.00s`` it read (a drill: a generation worker os._exit-ed mid-step)."""
+    worker = "run/generation/0/9"
+    dispatch = StartRecord(_PROCESS, "t", "0000000000000001", None, "rl.step", "step", 0, 1, step=6)
+    work = StartRecord(worker, "t", "0000000000000002", dispatch.span_id, "rl.rollout.generate",
+                       "generation", 73 * 10**9, 2)
+    live = _live(dispatch, work)
+    driver = live.processes[_PROCESS]
+    live.processes[_PROCESS] = dataclasses.replace(driver, heartbeat_s=10.0, alive_ns=130 * 10**9)
+    live.processes[worker] = LiveProcess(worker, {"service.instance.id": worker,
+                                                  "rl.worker_group": "generation", "rl.rank": 0},
+                                         opened_ns=0, heartbeat_s=10.0, alive_ns=70 * 10**9)
+    pm = post_mortem(span_columns_from_records([]), live)
+    assert pm is not None
+    rows = {p.worker_group: doing for p, _, doing in postmortem_rows(pm)}
+    assert rows["generation"] == ("in rl.rollout.generate, started 0m57s before the end, "
+                                  "after its last heartbeat < rl.step 6")
+    assert rows["trainer"] == "in rl.step open 2m10s; waiting on generation/0"
+
+
 def test_a_clean_run_reports_nothing_open(tmp_path: Path, capsys) -> None:
     run_dir = tmp_path / "run"
     script = _KILLED_DRIVER.replace("os.kill(os.getpid(), signal.SIGKILL)", "pass")

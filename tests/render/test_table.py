@@ -41,6 +41,32 @@ def test_fleets_and_stragglers_are_listed():
     assert "step 4: policy/2 rl.train.policy 7.00s vs median 4.00s (+75%" in text
 
 
+def _crawling_run(steps: int = 8) -> RunBuilder:
+    """Three policy ranks; rank 2 takes three times as long in every step (a drill's crawl)."""
+    run = RunBuilder()
+    d = run.process()
+    ranks = [run.process("policy", r) for r in range(3)]
+    for n in range(steps):
+        t = 10 * n
+        step = d.step(n + 1, t, t + 8)
+        for r, w in enumerate(ranks):
+            fb = w.span("rl.train.policy", t, t + (6 if r == 2 else 2), parent=step,
+                        bucket="productive", group="training")
+            w.span("rl.train.forward_backward", t, t + (5.9 if r == 2 else 1.9), parent=fb,
+                   group="training")
+    return run
+
+
+def test_a_rank_slow_in_every_step_is_one_line_that_names_it_with_its_share_of_steps():
+    """A crawling rank read as one line per step ("step 1: policy/2 ...", "step 2: policy/2
+    ...", "... 10 more"); it is one line saying in how many steps, and how much slower."""
+    lines = [x for x in _text(_crawling_run()).splitlines() if x.startswith(("stragglers", "    "))]
+    straggler_lines = [x for x in lines if "policy/2" in x]
+    assert straggler_lines == [
+        "stragglers   policy/2 slower in 8/8 step(s): rl.train.policy 6.00s vs median 2.00s "
+        "(+200%) and 1 more span name(s)"]
+
+
 def test_a_straggler_line_shows_milliseconds_apart():
     """Two durations 0.1 s apart print distinguishably, not as "0.1s vs median 0.1s" (#9.6)."""
     from rlsight.render._format import short_time

@@ -185,3 +185,52 @@ def test_the_header_says_how_far_the_run_is_how_fast_it_goes_and_where_it_last_f
     assert 60e9 / 0.5e9 < doc["steps_per_min"] < 60e9 / 0.02e9
     assert "in step 5 of 12 (about" in screen and "to go)" in screen and "steps/min" in screen
     assert "last error: rl.train.policy on driver/0" in screen and "(2 span(s) ended in error)" in screen
+
+
+def _dead_worker_snapshot(*, silent: bool):
+    """The die drill as watch saw it: step 6 of 12 open 0m46s (median step 0.41s), the driver
+    in it waiting on generation/0, whose pid is gone (silent once 30 s pass without a beat)."""
+    from rlsight.analysis.live import WatchSnapshot
+    from rlsight.analysis.model import OpenSpan, ProcessState
+
+    now, sec = 10_000 * 10**9, 10**9
+
+    def opened(name: str, age_s: float, chain: list[str], step: int | None = None,
+               median_s: float | None = None) -> OpenSpan:
+        return OpenSpan(name=name, group=None, trace_id="t", span_id=name, parent_span_id=None,
+                        thread=1, start_unix_ns=now - int(age_s * sec), age_ns=int(age_s * sec),
+                        chain=chain, step=step, median_ns=median_s and median_s * sec,
+                        threshold_ns=300 * sec, stalled=False)
+
+    job = opened("rl.job", 60, [])
+    step = opened("rl.step", 46, ["rl.job"], step=6, median_s=0.41)
+    gen = opened("rl.rollout.generate", 46, ["rl.job", "rl.step 6"], median_s=0.2)
+    driver = ProcessState("r/driver/0/1", "driver", 0, 1, "h", False, [job, step], step, False,
+                          False, "rl.step", now - 46 * sec, now - 2 * sec,
+                          waiting_on=["generation/0"], alive=True)
+    worker = ProcessState("r/generation/0/2", "generation", 0, 2, "h", False, [gen], gen, False,
+                          silent, "rl.rollout.generate", now - 47 * sec, now - 49 * sec, alive=False)
+    return WatchSnapshot(run_dir="r", run_id="r", now_unix_ns=now, steps=5, last_step=6,
+                         total_steps=12, median_step_ns=0.41 * sec, steps_per_min=146.0,
+                         last_step_end_unix_ns=now - 46 * sec, goodput_pct=10.9, stalled=False,
+                         errors=0, last_error=None, processes=[driver, worker], k=5.0,
+                         min_age_s=300.0, skipped=0)
+
+
+def _screen_text(snapshot) -> str:
+    import io
+
+    from rich.console import Console
+
+    from rlsight.commands.watch import _screen
+
+    out = io.StringIO()
+    Console(file=out, width=200, highlight=False).print(_screen(snapshot))
+    return out.getvalue()
+
+
+def test_a_step_open_far_past_its_median_gives_no_time_to_go_and_no_rate() -> None:
+    """A hung step 6 of 12 read 'about 0m03s to go' and '146 steps/min' 46 s into the hang."""
+    head = _screen_text(_dead_worker_snapshot(silent=False)).splitlines()[0]
+    assert "to go" not in head and "steps/min" not in head
+    assert "in step 6 of 12, open 0m46s (112x the median step 0.41s)" in head

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from rlsight.analysis.live import WatchSnapshot
-    from rlsight.analysis.model import ProcessState
+    from rlsight.analysis.model import OpenSpan, ProcessState
 
 __all__ = ["add_arguments", "run"]
 
@@ -114,6 +114,17 @@ def _rank_label(p: ProcessState) -> str:
     return f"{p.worker_group}/{p.rank}" + (" (exited)" if p.alive is False else "")
 
 
+def _overdue_step(s: WatchSnapshot) -> OpenSpan | None:
+    """The open ``rl.step`` of the current step when it has run past ``k`` median steps."""
+    from rlsight._semconv import STEP_SPAN
+
+    steps = [o for p in s.processes for o in p.open if o.name == STEP_SPAN and o.step == s.last_step]
+    step = max(steps, key=lambda o: o.age_ns, default=None)
+    if step is None or not s.median_step_ns or step.age_ns <= s.k * s.median_step_ns:
+        return None
+    return step
+
+
 def _screen(snapshot: WatchSnapshot) -> RenderableType:
     """The watch screen: one header line, one row per process, stacks of stalled ones."""
     from rich.console import Group
@@ -127,14 +138,21 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
     head.append(f"{s.steps} step(s) done" + (f", in step {s.last_step}" if s.last_step is not None else ""))
     if s.total_steps is not None:
         head.append(f" of {s.total_steps}")
-        if s.median_step_ns:
-            head.append(f" (about {clock(max(0, s.total_steps - s.steps) * s.median_step_ns)} to go)")
+    overdue = _overdue_step(s)
+    if overdue is not None and s.median_step_ns:
+        # The rate and the time to go extrapolate steps that no longer end: a hung step 6 of 12
+        # read "about 0m03s to go" and "146 steps/min" a minute into the hang.
+        head.append(f", open {clock(overdue.age_ns)} ({overdue.age_ns / s.median_step_ns:.0f}x the "
+                    f"median step {clock(s.median_step_ns)})", style="bold")
+    elif s.total_steps is not None and s.median_step_ns:
+        head.append(f" (about {clock(max(0, s.total_steps - s.steps) * s.median_step_ns)} to go)")
     if s.last_step_end_unix_ns is not None:
         head.append(f"  (last step ended {clock(max(0, s.now_unix_ns - s.last_step_end_unix_ns))} ago")
-        head.append(f"; median step {clock(s.median_step_ns or 0)}")
-        rate = s.steps_per_min
-        if rate is not None:
-            head.append(f"; {rate:.{1 if rate < 10 else 0}f} steps/min")
+        if overdue is None:
+            head.append(f"; median step {clock(s.median_step_ns or 0)}")
+            rate = s.steps_per_min
+            if rate is not None:
+                head.append(f"; {rate:.{1 if rate < 10 else 0}f} steps/min")
         head.append(")")
     if s.goodput_pct is not None:
         head.append(f"  goodput {s.goodput_pct:.1f}%")

@@ -229,6 +229,18 @@ def _screen_text(snapshot) -> str:
     return out.getvalue()
 
 
+def test_a_worker_whose_pid_is_gone_reads_exited_not_running_and_its_waiter_says_so() -> None:
+    """The die drill: before it went silent the dead worker's state read 'running', and the
+    driver read 'waiting on generation/0' as if that rank were working."""
+    rows = {line.split()[0]: line for line in _screen_text(_dead_worker_snapshot(silent=False)).splitlines()
+            if line.startswith(("driver/", "generation/"))}
+    assert rows["generation/0"].split()[1:3] == ["(exited)", "exited"]
+    assert rows["driver/0"].rstrip().endswith("generation/0 (exited)")
+    silent = {line.split()[0]: line for line in _screen_text(_dead_worker_snapshot(silent=True)).splitlines()
+              if line.startswith(("driver/", "generation/"))}
+    assert silent["driver/0"].rstrip().endswith("generation/0 (exited, silent)")
+
+
 def test_a_step_open_far_past_its_median_gives_no_time_to_go_and_no_rate() -> None:
     """A hung step 6 of 12 read 'about 0m03s to go' and '146 steps/min' 46 s into the hang."""
     head = _screen_text(_dead_worker_snapshot(silent=False)).splitlines()[0]

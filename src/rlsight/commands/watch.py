@@ -125,6 +125,15 @@ def _overdue_step(s: WatchSnapshot) -> OpenSpan | None:
     return step
 
 
+def _waited_on(rank: str, s: WatchSnapshot) -> str:
+    """``generation/0``, marked ``(exited)`` or ``(silent)`` when every process of that rank
+    with an open span is: a driver waiting on a dead worker should not read as a wait on work."""
+    procs = [p for p in s.processes if f"{p.worker_group}/{p.rank}" == rank and p.open]
+    marks = [m for m, all_of in (("exited", all(p.alive is False for p in procs)),
+                                 ("silent", all(p.silent for p in procs))) if procs and all_of]
+    return rank + (f" ({', '.join(marks)})" if marks else "")
+
+
 def _screen(snapshot: WatchSnapshot) -> RenderableType:
     """The watch screen: one header line, one row per process, stacks of stalled ones."""
     from rich.console import Group
@@ -168,7 +177,7 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
     order = sorted(s.processes, key=lambda p: (not p.stalled, p.worker_group, p.rank, p.process))
     for p in order:
         o = p.innermost
-        state = "STALLED" if p.stalled else "running"
+        state = "STALLED" if p.stalled else "exited" if p.alive is False else "running"
         if p.silent and p.last_heard_unix_ns is not None:
             state = ("STALLED, " if p.stalled else "") + (
                 f"silent {clock(max(0, s.now_unix_ns - p.last_heard_unix_ns))}")
@@ -180,7 +189,7 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
         table.add_row(
             _rank_label(p), state, span_label(o.name), clock(o.age_ns),
             clock(o.median_ns) if o.median_ns is not None else "-",
-            " < ".join(reversed(o.chain)), ", ".join(p.waiting_on),
+            " < ".join(reversed(o.chain)), ", ".join(_waited_on(rank, s) for rank in p.waiting_on),
             style="bold red" if p.stalled else "yellow" if p.silent else None,
         )
     parts: list[RenderableType] = [head, table]

@@ -246,3 +246,19 @@ def test_a_step_open_far_past_its_median_gives_no_time_to_go_and_no_rate() -> No
     head = _screen_text(_dead_worker_snapshot(silent=False)).splitlines()[0]
     assert "to go" not in head and "steps/min" not in head
     assert "in step 6 of 12, open 0m46s (112x the median step 0.41s)" in head
+
+
+def test_a_rank_ray_restarted_shows_both_processes_by_pid_and_which_replaced_which() -> None:
+    """max_restarts=1: two rows both read 'generation/0 (exited)', the dead one's span ageing
+    as if it still worked; each row now names its pid and the dead one its replacement."""
+    import dataclasses
+
+    snap = _dead_worker_snapshot(silent=False)
+    driver, dead = snap.processes
+    dead = dataclasses.replace(dead, replaced_by_pid=3)
+    new = dataclasses.replace(dead, process="r/generation/0/3", pid=3, open=[], innermost=None,
+                              alive=True, replaced_by_pid=None)
+    text = _screen_text(dataclasses.replace(snap, processes=[driver, dead, new]))
+    rows = [line for line in text.splitlines() if line.startswith("generation/")]
+    assert rows[0].startswith("generation/0 pid 2 (exited)  replaced by pid 3  rl.rollout.generate")
+    assert rows[1].startswith("generation/0 pid 3 ")

@@ -131,6 +131,37 @@ def test_a_worker_killed_after_its_last_heartbeat_says_when_its_span_started() -
     assert rows["trainer"] == "in rl.step open 2m10s; waiting on generation/0"
 
 
+def test_a_rank_that_ray_restarted_ages_the_dead_processs_span_to_its_replacement() -> None:
+    """max_restarts=1: the first process of generation/0 died 0.3 s into a span, Ray started a
+    second; the post-mortem read 'open 0m07s' for the dead one (aged to the end of the run,
+    not yet silent), as if it had worked on until then beside its replacement."""
+    sec = 10**9
+    old, new = "run/generation/0/9", "run/generation/0/10"
+    step = StartRecord(_PROCESS, "t", "0000000000000001", None, "rl.step", "step", 50 * sec, 1, step=6)
+    work = StartRecord(old, "t", "0000000000000002", step.span_id, "rl.rollout.generate",
+                       "generation", 52 * sec, 2)
+    live = _live(step, work)
+    driver = live.processes[_PROCESS]
+    live.processes[_PROCESS] = dataclasses.replace(driver, heartbeat_s=10.0, alive_ns=70 * sec)
+    identity = {"rl.worker_group": "generation", "rl.rank": 0}
+    live.processes[old] = LiveProcess(old, {"service.instance.id": old, "process.pid": 9, **identity},
+                                      opened_ns=0, heartbeat_s=10.0, alive_ns=50 * sec)
+    live.processes[new] = LiveProcess(new, {"service.instance.id": new, "process.pid": 10, **identity},
+                                      opened_ns=55 * sec, heartbeat_s=10.0, alive_ns=65 * sec)
+    pm = post_mortem(span_columns_from_records([]), live)
+    assert pm is not None
+    states = {p.process: p for p in pm.processes}
+    assert states[old].replaced_by_pid == 10 and states[new].replaced_by_pid is None
+    assert states[old].innermost is not None and states[old].innermost.age_ns == 3 * sec
+    rows = {p.process: (ended, doing) for p, ended, doing in postmortem_rows(pm)}
+    assert rows[old] == ("no clean shutdown, replaced by pid 10",
+                         "in rl.rollout.generate open 0m03s until its replacement started < rl.step 6")
+    # A dead process's span is not a stall, however low the floor: its replacement does the work.
+    watched = {p.process: p for p in process_states(span_columns_from_records([]), live,
+                                                    now_ns=70 * sec, min_age_s=0)}
+    assert not watched[old].stalled and watched[old].replaced_by_pid == 10
+
+
 def test_a_clean_run_reports_nothing_open(tmp_path: Path, capsys) -> None:
     run_dir = tmp_path / "run"
     script = _KILLED_DRIVER.replace("os.kill(os.getpid(), signal.SIGKILL)", "pass")

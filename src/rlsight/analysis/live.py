@@ -17,6 +17,7 @@ to its last heartbeat in the post-mortem: how long it hung while it still ran.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import socket
 import time
 from collections.abc import Mapping
@@ -32,7 +33,7 @@ from rlsight.analysis._read import read_span_columns
 from rlsight.analysis._sorting import lexsort
 from rlsight.analysis.columns import SpanColumns
 from rlsight.analysis.model import SCHEMA_VERSION, OpenSpan, PostMortem, ProcessState
-from rlsight.store._live import LiveReadResult, StartRecord, read_live
+from rlsight.store._live import LiveProcess, LiveReadResult, StartRecord, read_live
 from rlsight.store._schema import STATUS_ERROR, AttributeValue
 from rlsight.watchdog import DEFAULT_MIN_AGE_S, DEFAULT_STALL_K
 
@@ -87,6 +88,23 @@ def _label(start: StartRecord) -> str:
     return f"{start.name} {start.step}" if start.step is not None and start.name == STEP_SPAN else start.name
 
 
+def _replacements(live: LiveReadResult) -> dict[str, LiveProcess]:
+    """Per process without a clean shutdown: the next process of its worker group and rank to
+    open the store (Ray restarted the actor, or a launcher restarted the rank)."""
+    ranks: dict[tuple[str, int | None], list[LiveProcess]] = {}
+    for proc in live.processes.values():
+        group = proc.resource.get(WORKER_GROUP)
+        if group is not None:
+            ranks.setdefault((str(group), _int(proc.resource.get(RANK))), []).append(proc)
+    out = {}
+    for procs in ranks.values():
+        procs.sort(key=lambda p: (p.opened_ns, p.process))
+        for earlier, later in itertools.pairwise(procs):
+            if earlier.shutdown_ns is None:
+                out[earlier.process] = later
+    return out
+
+
 def process_states(
     cols: SpanColumns,
     live: LiveReadResult,
@@ -123,6 +141,9 @@ def process_states(
         key: res for key, res in zip(cols.process_keys, cols.resources, strict=True)}
     for key, proc in live.processes.items():
         resources[key] = proc.resource
+    replaced = _replacements(live)
+    # A process Ray replaced was dead by the time its replacement started: its spans end there.
+    until = {**(until or {}), **{key: later.opened_ns for key, later in replaced.items()}}
     per_process: dict[str, list[OpenSpan]] = {}
     leaves: dict[str, list[OpenSpan]] = {}
     for s in sorted(open_starts, key=lambda s: s.start_ns):
@@ -141,7 +162,7 @@ def process_states(
             name=s.name, group=s.group, trace_id=s.trace_id, span_id=s.span_id,
             parent_span_id=s.parent_span_id, thread=s.thread_id, start_unix_ns=s.start_ns,
             age_ns=age, chain=chain[::-1], step=s.step, median_ns=median, threshold_ns=threshold,
-            stalled=is_leaf and s.name != JOB_SPAN and age > threshold,
+            stalled=is_leaf and s.name != JOB_SPAN and age > threshold and s.process not in replaced,
         )
         per_process.setdefault(s.process, []).append(item)
         if is_leaf:
@@ -178,6 +199,7 @@ def process_states(
             last_heard_unix_ns=live_proc.last_heard_ns if live_proc is not None else None,
             waiting_on=sorted({rank_label(q) for q in remote_children.get(innermost.span_id, ())})
             if innermost is not None else [],
+            replaced_by_pid=_int(replaced[key].resource.get(PROCESS_PID)) if key in replaced else None,
         ))
     return states
 

@@ -506,6 +506,9 @@ class ProcessState:
     """Whether its pid still runs (``rlsight watch``, same host only); ``None`` when unknown."""
     stack: str | None = None
     """Its Python stack from ``py-spy dump`` (``rlsight watch --stacks``), else ``None``."""
+    replaced_by_pid: int | None = None
+    """The pid of a later process of the same worker group and rank (Ray restarted the actor);
+    its open spans are aged to that process's start, when it was dead at the latest."""
 
 
 @dataclass(frozen=True, slots=True)

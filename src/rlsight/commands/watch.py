@@ -110,8 +110,13 @@ def _with_stacks(snapshot: WatchSnapshot) -> WatchSnapshot:
     return dataclasses.replace(snapshot, processes=processes)
 
 
-def _rank_label(p: ProcessState) -> str:
-    return f"{p.worker_group}/{p.rank}" + (" (exited)" if p.alive is False else "")
+def _rank_label(p: ProcessState, s: WatchSnapshot | None = None) -> str:
+    """``policy/1``; with its pid when Ray restarted the rank (two processes, one rank)."""
+    label = f"{p.worker_group}/{p.rank}"
+    others = s.processes if s is not None else []
+    if sum(1 for q in others if (q.worker_group, q.rank) == (p.worker_group, p.rank)) > 1:
+        label += f" pid {p.pid}"
+    return label + (" (exited)" if p.alive is False else "")
 
 
 def _overdue_step(s: WatchSnapshot) -> OpenSpan | None:
@@ -177,17 +182,18 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
     order = sorted(s.processes, key=lambda p: (not p.stalled, p.worker_group, p.rank, p.process))
     for p in order:
         o = p.innermost
-        state = "STALLED" if p.stalled else "exited" if p.alive is False else "running"
-        if p.silent and p.last_heard_unix_ns is not None:
+        state = ("STALLED" if p.stalled else f"replaced by pid {p.replaced_by_pid}"
+                 if p.replaced_by_pid is not None else "exited" if p.alive is False else "running")
+        if p.silent and p.last_heard_unix_ns is not None and p.replaced_by_pid is None:
             state = ("STALLED, " if p.stalled else "") + (
                 f"silent {clock(max(0, s.now_unix_ns - p.last_heard_unix_ns))}")
         if o is None:
             idle = "(shut down)" if p.clean_shutdown else "(nothing open)"
-            table.add_row(_rank_label(p), state if p.silent else "", Text(idle, style="dim"),
+            table.add_row(_rank_label(p, s), state if p.silent else "", Text(idle, style="dim"),
                           "", "", "", "", style="yellow" if p.silent else None)
             continue
         table.add_row(
-            _rank_label(p), state, span_label(o.name), clock(o.age_ns),
+            _rank_label(p, s), state, span_label(o.name), clock(o.age_ns),
             clock(o.median_ns) if o.median_ns is not None else "-",
             " < ".join(reversed(o.chain)), ", ".join(_waited_on(rank, s) for rank in p.waiting_on),
             style="bold red" if p.stalled else "yellow" if p.silent else None,
@@ -195,7 +201,7 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
     parts: list[RenderableType] = [head, table]
     for p in order:
         if p.stack:
-            parts.append(Text(f"\n{_rank_label(p)} (pid {p.pid}) stack:", style="bold"))
+            parts.append(Text(f"\n{_rank_label(p, s)} (pid {p.pid}) stack:", style="bold"))
             parts.append(Text(p.stack))
     if s.last_error is not None:
         e = s.last_error

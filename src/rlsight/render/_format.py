@@ -150,21 +150,25 @@ def volume_lines(report: RunReport) -> list[str]:
 
 
 
-def open_span_text(o: OpenSpan, *, silent_since_ns: int | None = None, as_of_ns: int = 0) -> str:
+def open_span_text(o: OpenSpan, *, silent_since_ns: int | None = None, as_of_ns: int = 0,
+                   aged_to: str = "") -> str:
     """``rl.refit.push open 14m01s, median 1.1s < rl.step 118 < rl.job``.
 
-    ``silent_since_ns`` (a silent process's last heartbeat, its spans aged to it) says so: a
-    span started after that heartbeat has no age to tell (it died within one interval of it), so
-    the text says how long before ``as_of_ns`` it started instead of ``open 0.00s``.
+    ``aged_to`` names what the age runs to when it is not the end (``its replacement
+    started``). ``silent_since_ns`` (a silent process's last heartbeat, its spans aged to it)
+    says so: a span started after that heartbeat has no age to tell (it died within one
+    interval of it), so the text says how long before ``as_of_ns`` it started instead of
+    ``open 0.00s``.
     """
     median = f", median {clock(o.median_ns)}" if o.median_ns is not None else ""
     chain = "".join(f" < {name}" for name in reversed(o.chain))
-    if silent_since_ns is None:
-        return f"{span_label(o.name)} open {clock(o.age_ns)}{median}{chain}"
-    if o.start_unix_ns >= silent_since_ns:
+    if silent_since_ns is not None and o.start_unix_ns >= silent_since_ns:
         ago = clock(max(0, as_of_ns - o.start_unix_ns))
         return f"{span_label(o.name)}, started {ago} before the end, after its last heartbeat{median}{chain}"
-    return f"{span_label(o.name)} open {clock(o.age_ns)} until its last heartbeat{median}{chain}"
+    if silent_since_ns is not None:
+        aged_to = "its last heartbeat"
+    until = f" until {aged_to}" if aged_to else ""
+    return f"{span_label(o.name)} open {clock(o.age_ns)}{until}{median}{chain}"
 
 
 def postmortem_summary(pm: PostMortem | None) -> str:
@@ -183,9 +187,13 @@ def postmortem_rows(pm: PostMortem) -> list[tuple[ProcessState, str, str]]:
     rows = []
     for p in pm.processes:
         ended = "clean shutdown" if p.clean_shutdown else "no clean shutdown"
-        if p.silent and p.last_heard_unix_ns is not None:
+        if p.replaced_by_pid is not None:
+            ended += f", replaced by pid {p.replaced_by_pid}"
+        elif p.silent and p.last_heard_unix_ns is not None:
             ended += f", silent for the last {clock(max(0, pm.as_of_unix_ns - p.last_heard_unix_ns))}"
-        if p.innermost is not None:
+        if p.innermost is not None and p.replaced_by_pid is not None:
+            doing = "in " + open_span_text(p.innermost, aged_to="its replacement started")
+        elif p.innermost is not None:
             silent_since = p.last_heard_unix_ns if p.silent else None
             doing = "in " + open_span_text(p.innermost, silent_since_ns=silent_since,
                                            as_of_ns=pm.as_of_unix_ns)

@@ -107,3 +107,30 @@ def test_wasted_work_under_a_second_is_not_printed_as_zero():
     step = driver.step(1, 0, 0.1)
     driver.span("rl.efficiency.wasted.stale", 0.02, 0.06, parent=step, bucket="wasted")
     assert "wasted       0.040s of wasted work on all ranks" in _text(run)
+
+
+def test_a_run_that_hung_then_was_killed_says_so_on_its_first_line():
+    """The hang drill: 5 steps in 0m06s, then step 6 hung 0m58s until a SIGKILL; the first line
+    read 'wall 0m06s  steps 5' as if the run had been six seconds long and ended."""
+    import dataclasses
+
+    from _build import SEC
+
+    from rlsight.analysis.model import OpenSpan, PostMortem, ProcessState
+
+    report = analyze(sample_run())
+    end = report.summary.end_unix_ns
+
+    def opened(name: str, chain: list[str], step: int | None = None) -> OpenSpan:
+        return OpenSpan(name=name, group=None, trace_id="t", span_id=name, parent_span_id=None,
+                        thread=1, start_unix_ns=end, age_ns=58 * SEC, chain=chain, step=step,
+                        median_ns=None, threshold_ns=0.0, stalled=False)
+
+    step = opened("rl.step", ["rl.job"], step=6)
+    driver = ProcessState("p", "driver", 0, 1, None, False, [opened("rl.job", []), step], step,
+                          False, False, None, None, end + 58 * SEC)
+    pm = PostMortem(as_of_unix_ns=end + 58 * SEC, open_spans=2, processes=[driver], unclean=1)
+    out = io.StringIO()
+    render_report(dataclasses.replace(report, postmortem=pm), Console(file=out, width=200, highlight=False))
+    first = out.getvalue().splitlines()[0]
+    assert first.endswith("(driver timeline); then step 6 open 0m58s, never ended (see open at end)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rlsight._semconv import STEP_SPAN
 from rlsight._terminal import terminal_safe
 from rlsight.analysis.model import (
     Engine,
@@ -105,7 +106,20 @@ def summary_line(report: RunReport) -> str:
     parts += [f"wall {clock(s.buckets.wall_ns)}", f"steps {s.steps}", f"goodput {s.goodput_pct:.1f}%"]
     where = "driver timeline" if len(s.controller_timelines) == 1 else (
         f"{len(s.controller_timelines)} controller timelines" if s.controller_timelines else "no steps")
-    return "  ".join(parts) + f"   ({where})"
+    return "  ".join(parts) + f"   ({where})" + _hung_tail(report)
+
+
+def _hung_tail(report: RunReport) -> str:
+    """``; then step 6 open 0m58s, never ended (see open at end)`` for a run whose last step
+    never ended: the wall above covers only what finished, so a run that hung for an hour and
+    was killed would otherwise read as a short one that ended."""
+    pm = report.postmortem
+    steps = [o for p in (pm.processes if pm is not None else []) for o in p.open if o.name == STEP_SPAN]
+    step = max(steps, key=lambda o: (o.step or 0, o.age_ns), default=None)
+    if step is None:
+        return ""
+    number = f" {step.step}" if step.step is not None else ""
+    return f"; then step{number} open {clock(step.age_ns)}, never ended (see open at end)"
 
 
 def startup_line(report: RunReport) -> str:

@@ -236,6 +236,7 @@ def test_a_worker_whose_pid_is_gone_reads_exited_not_running_and_its_waiter_says
             if line.startswith(("driver/", "generation/"))}
     assert rows["generation/0"].split()[1:3] == ["(exited)", "exited"]
     assert rows["driver/0"].rstrip().endswith("generation/0 (exited)")
+    assert rows["driver/0"].split()[1:4] == ["running", "rl.step", "6"]  # which step it is in
     silent = {line.split()[0]: line for line in _screen_text(_dead_worker_snapshot(silent=True)).splitlines()
               if line.startswith(("driver/", "generation/"))}
     assert silent["driver/0"].rstrip().endswith("generation/0 (exited, silent)")

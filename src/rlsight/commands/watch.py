@@ -145,7 +145,7 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
     from rich.table import Table
     from rich.text import Text
 
-    from rlsight.render._format import clock, span_label
+    from rlsight.render._format import clock, open_label, span_label
 
     s = snapshot
     head = Text(f"run {s.run_id or '?'}  ", style="bold")
@@ -193,7 +193,7 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
                           "", "", "", "", style="yellow" if p.silent else None)
             continue
         table.add_row(
-            _rank_label(p, s), state, span_label(o.name), clock(o.age_ns),
+            _rank_label(p, s), state, open_label(o), clock(o.age_ns),
             clock(o.median_ns) if o.median_ns is not None else "-",
             " < ".join(reversed(o.chain)), ", ".join(_waited_on(rank, s) for rank in p.waiting_on),
             style="bold red" if p.stalled else "yellow" if p.silent else None,

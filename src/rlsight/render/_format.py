@@ -17,6 +17,7 @@ __all__ = [
     "clock",
     "count",
     "engine_outcomes",
+    "open_label",
     "open_span_text",
     "pct",
     "postmortem_rows",
@@ -164,6 +165,12 @@ def volume_lines(report: RunReport) -> list[str]:
 
 
 
+def open_label(o: OpenSpan) -> str:
+    """An open span's name as watch and the post-mortem show it; a step with its number, as in
+    the parents (``rl.step 6``): a driver in ``rl.step`` alone does not say which step hung."""
+    return f"{o.name} {o.step}" if o.name == STEP_SPAN and o.step is not None else span_label(o.name)
+
+
 def open_span_text(o: OpenSpan, *, silent_since_ns: int | None = None, as_of_ns: int = 0,
                    aged_to: str = "") -> str:
     """``rl.refit.push open 14m01s, median 1.1s < rl.step 118 < rl.job``.
@@ -178,11 +185,11 @@ def open_span_text(o: OpenSpan, *, silent_since_ns: int | None = None, as_of_ns:
     chain = "".join(f" < {name}" for name in reversed(o.chain))
     if silent_since_ns is not None and o.start_unix_ns >= silent_since_ns:
         ago = clock(max(0, as_of_ns - o.start_unix_ns))
-        return f"{span_label(o.name)}, started {ago} before the end, after its last heartbeat{median}{chain}"
+        return f"{open_label(o)}, started {ago} before the end, after its last heartbeat{median}{chain}"
     if silent_since_ns is not None:
         aged_to = "its last heartbeat"
     until = f" until {aged_to}" if aged_to else ""
-    return f"{span_label(o.name)} open {clock(o.age_ns)}{until}{median}{chain}"
+    return f"{open_label(o)} open {clock(o.age_ns)}{until}{median}{chain}"
 
 
 def postmortem_summary(pm: PostMortem | None) -> str:

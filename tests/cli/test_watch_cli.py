@@ -214,6 +214,7 @@ def _dead_worker_snapshot(*, silent: bool):
                          total_steps=12, median_step_ns=0.41 * sec, steps_per_min=146.0,
                          last_step_end_unix_ns=now - 46 * sec, goodput_pct=10.9, stalled=False,
                          errors=0, last_error=None, processes=[driver, worker], k=5.0,
+                         job_ended_unix_ns=None,
                          min_age_s=300.0, skipped=0)
 
 
@@ -263,3 +264,31 @@ def test_a_rank_ray_restarted_shows_both_processes_by_pid_and_which_replaced_whi
     rows = [line for line in text.splitlines() if line.startswith("generation/")]
     assert rows[0].startswith("generation/0 pid 2 (exited)  replaced by pid 3  rl.rollout.generate")
     assert rows[1].startswith("generation/0 pid 3 ")
+
+
+def test_a_finished_run_says_finished_and_its_workers_killed_at_shutdown_are_not_silent(
+        run_dir: Path, capsys) -> None:
+    """A healthy run after ray.shutdown read 'in step 15 of 15 (about 0.00s to go)' and
+    '4 silent' in yellow: the actors Ray kills at shutdown write no shutdown line."""
+    import dataclasses
+
+    from rlsight import job_span
+    from rlsight.analysis.live import watch_snapshot
+
+    with capture_telemetry(run_dir=run_dir, run_id="done"), job_span(total_steps=2):
+        for n in (1, 2):
+            with step_span(n):
+                pass
+    assert main(["watch", str(run_dir), "--json"]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["job_ended_unix_ns"] is not None
+    snap = watch_snapshot(run_dir)
+    (driver,) = snap.processes
+    # A worker Ray killed at shutdown: heard from 5 s before the job ended, silent since.
+    worker = dataclasses.replace(driver, process="done/generation/0/2", worker_group="generation",
+                                 clean_shutdown=False, silent=True, alive=False,
+                                 last_heard_unix_ns=doc["job_ended_unix_ns"] - 5 * 10**9)
+    head, *rows = _screen_text(dataclasses.replace(snap, processes=[driver, worker])).splitlines()
+    assert "finished" in head and "to go" not in head and "silent" not in head
+    (row,) = [r for r in rows if r.startswith("generation/")]
+    assert "silent" not in row and "exited" in row

@@ -291,6 +291,8 @@ class WatchSnapshot:
     stalled: bool
     errors: int
     """Spans that ended with an error status."""
+    job_ended_unix_ns: int | None
+    """When the run's ``rl.job`` ended, when it has and none is open: the run is over."""
     last_error: ErrorSpan | None
     processes: list[ProcessState]
     k: float
@@ -337,6 +339,9 @@ def watch_snapshot(
     jobs = sorted((s.start_ns, s.total_steps) for s in live.starts
                   if s.name == JOB_SPAN and s.total_steps is not None)
     errors = cols.status == STATUS_ERROR
+    job_index = cols.names.index(JOB_SPAN) if JOB_SPAN in cols.names else -1
+    job_mask = cols.name == job_index
+    job_open = any(o.name == JOB_SPAN for p in states for o in p.open)
     goodput = None
     if len(cols):
         try:
@@ -354,5 +359,6 @@ def watch_snapshot(
         last_step_end_unix_ns=int(cols.end[step_mask].max()) if step_mask.any() else None,
         goodput_pct=goodput, stalled=any(p.stalled for p in states),
         errors=int(errors.sum()), last_error=_last_error(cols, errors), processes=states,
+        job_ended_unix_ns=int(cols.end[job_mask].max()) if job_mask.any() and not job_open else None,
         k=k, min_age_s=min_age_s, skipped=len(skipped) + len(live.skipped),
     )

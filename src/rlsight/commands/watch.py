@@ -119,6 +119,18 @@ def _rank_label(p: ProcessState, s: WatchSnapshot | None = None) -> str:
     return label + (" (exited)" if p.alive is False else "")
 
 
+def _silent(p: ProcessState, s: WatchSnapshot) -> bool:
+    """Silent, and not merely gone with the run: a worker still heard from within three
+    heartbeats of the job's end was killed by ``ray.shutdown()``, which writes no shutdown line."""
+    from rlsight.store._live import HEARTBEAT_S, SILENT_AFTER_BEATS
+
+    if not p.silent:
+        return False
+    if s.job_ended_unix_ns is None or p.last_heard_unix_ns is None:
+        return True
+    return s.job_ended_unix_ns - p.last_heard_unix_ns > SILENT_AFTER_BEATS * HEARTBEAT_S * 1e9
+
+
 def _overdue_step(s: WatchSnapshot) -> OpenSpan | None:
     """The open ``rl.step`` of the current step when it has run past ``k`` median steps."""
     from rlsight._semconv import STEP_SPAN
@@ -149,16 +161,23 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
 
     s = snapshot
     head = Text(f"run {s.run_id or '?'}  ", style="bold")
-    head.append(f"{s.steps} step(s) done" + (f", in step {s.last_step}" if s.last_step is not None else ""))
-    if s.total_steps is not None:
-        head.append(f" of {s.total_steps}")
-    overdue = _overdue_step(s)
+    ended = s.job_ended_unix_ns
+    if ended is not None:
+        head.append(f"finished {clock(max(0, s.now_unix_ns - ended))} ago: ", style="bold")
+        head.append(f"{s.steps} step(s) done" + (f" of {s.total_steps}" if s.total_steps is not None else ""))
+    else:
+        head.append(f"{s.steps} step(s) done")
+        if s.last_step is not None:
+            head.append(f", in step {s.last_step}")
+        if s.total_steps is not None:
+            head.append(f" of {s.total_steps}")
+    overdue = _overdue_step(s) if ended is None else None
     if overdue is not None and s.median_step_ns:
         # The rate and the time to go extrapolate steps that no longer end: a hung step 6 of 12
         # read "about 0m03s to go" and "146 steps/min" a minute into the hang.
         head.append(f", open {clock(overdue.age_ns)} ({overdue.age_ns / s.median_step_ns:.0f}x the "
                     f"median step {clock(s.median_step_ns)})", style="bold")
-    elif s.total_steps is not None and s.median_step_ns:
+    elif ended is None and s.total_steps is not None and s.median_step_ns:
         head.append(f" (about {clock(max(0, s.total_steps - s.steps) * s.median_step_ns)} to go)")
     if s.last_step_end_unix_ns is not None:
         head.append(f"  (last step ended {clock(max(0, s.now_unix_ns - s.last_step_end_unix_ns))} ago")
@@ -171,7 +190,7 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
     if s.goodput_pct is not None:
         head.append(f"  goodput {s.goodput_pct:.1f}%")
     head.append("   STALLED" if s.stalled else "   ok", style="bold red" if s.stalled else "green")
-    silent = sum(1 for p in s.processes if p.silent)
+    silent = sum(1 for p in s.processes if _silent(p, s))
     if silent:
         head.append(f"   {silent} silent", style="yellow")
     table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
@@ -184,19 +203,19 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
         o = p.innermost
         state = ("STALLED" if p.stalled else f"replaced by pid {p.replaced_by_pid}"
                  if p.replaced_by_pid is not None else "exited" if p.alive is False else "running")
-        if p.silent and p.last_heard_unix_ns is not None and p.replaced_by_pid is None:
+        if _silent(p, s) and p.last_heard_unix_ns is not None and p.replaced_by_pid is None:
             state = ("STALLED, " if p.stalled else "") + (
                 f"silent {clock(max(0, s.now_unix_ns - p.last_heard_unix_ns))}")
         if o is None:
             idle = "(shut down)" if p.clean_shutdown else "(nothing open)"
-            table.add_row(_rank_label(p, s), state if p.silent else "", Text(idle, style="dim"),
-                          "", "", "", "", style="yellow" if p.silent else None)
+            table.add_row(_rank_label(p, s), state if _silent(p, s) else "", Text(idle, style="dim"),
+                          "", "", "", "", style="yellow" if _silent(p, s) else None)
             continue
         table.add_row(
             _rank_label(p, s), state, open_label(o), clock(o.age_ns),
             clock(o.median_ns) if o.median_ns is not None else "-",
             " < ".join(reversed(o.chain)), ", ".join(_waited_on(rank, s) for rank in p.waiting_on),
-            style="bold red" if p.stalled else "yellow" if p.silent else None,
+            style="bold red" if p.stalled else "yellow" if _silent(p, s) else None,
         )
     parts: list[RenderableType] = [head, table]
     for p in order:

@@ -292,3 +292,16 @@ def test_a_finished_run_says_finished_and_its_workers_killed_at_shutdown_are_not
     assert "finished" in head and "to go" not in head and "silent" not in head
     (row,) = [r for r in rows if r.startswith("generation/")]
     assert "silent" not in row and "exited" in row
+
+
+def test_a_short_step_a_few_medians_long_still_gets_a_time_to_go() -> None:
+    """20 ms steps: one open 0.14 s (7 medians, under load) is not a hang."""
+    import dataclasses
+
+    snap = _dead_worker_snapshot(silent=False)
+    driver, worker = snap.processes
+    step = dataclasses.replace(driver.open[1], age_ns=140_000_000)
+    driver = dataclasses.replace(driver, open=[driver.open[0], step], innermost=step)
+    head = _screen_text(dataclasses.replace(snap, processes=[driver, worker],
+                                            median_step_ns=20_000_000)).splitlines()[0]
+    assert "to go" in head and "median step" in head

@@ -131,13 +131,20 @@ def _silent(p: ProcessState, s: WatchSnapshot) -> bool:
     return s.job_ended_unix_ns - p.last_heard_unix_ns > SILENT_AFTER_BEATS * HEARTBEAT_S * 1e9
 
 
+#: Seconds a step must be open, besides ``k`` median steps, before the header stops estimating
+#: the time to go: a run of 20 ms steps is not hung when one step takes 0.2 s.
+_OVERDUE_FLOOR_S: Final = 10.0
+
+
 def _overdue_step(s: WatchSnapshot) -> OpenSpan | None:
-    """The open ``rl.step`` of the current step when it has run past ``k`` median steps."""
+    """The open ``rl.step`` of the current step when it has run past ``k`` median steps (and
+    :data:`_OVERDUE_FLOOR_S`)."""
     from rlsight._semconv import STEP_SPAN
 
     steps = [o for p in s.processes for o in p.open if o.name == STEP_SPAN and o.step == s.last_step]
     step = max(steps, key=lambda o: o.age_ns, default=None)
-    if step is None or not s.median_step_ns or step.age_ns <= s.k * s.median_step_ns:
+    if step is None or not s.median_step_ns or step.age_ns <= max(s.k * s.median_step_ns,
+                                                                  _OVERDUE_FLOOR_S * 1e9):
         return None
     return step
 

@@ -72,7 +72,8 @@ class StallRecord:
         for p in self.processes:
             if p.innermost is not None and (p.stalled or not any(q.stalled for q in self.processes)):
                 how = ", exited" if p.alive is False else ", silent" if p.silent else ""
-                lines.append(f"{p.worker_group}/{p.rank} (pid {p.pid}{how}) in {open_span_text(p.innermost)}")
+                lines.append(f"{p.worker_group}/{p.rank} (pid {p.pid}{how}) in "
+                             f"{open_span_text(p.innermost, rank=f'{p.worker_group}/{p.rank}')}")
         return "; ".join(lines) or "no open span found in the store"
 
 

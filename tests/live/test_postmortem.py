@@ -127,7 +127,7 @@ def test_a_worker_killed_after_its_last_heartbeat_says_when_its_span_started() -
     assert pm is not None
     rows = {p.worker_group: doing for p, _, doing in postmortem_rows(pm)}
     assert rows["generation"] == ("in rl.rollout.generate, started 0m57s before the end, "
-                                  "after its last heartbeat < rl.step 6")
+                                  "after its last heartbeat < trainer/0: rl.step 6")
     assert rows["trainer"] == "in rl.step 6 open 2m10s; waiting on generation/0"
 
 
@@ -155,11 +155,41 @@ def test_a_rank_that_ray_restarted_ages_the_dead_processs_span_to_its_replacemen
     assert states[old].innermost is not None and states[old].innermost.age_ns == 3 * sec
     rows = {p.process: (ended, doing) for p, ended, doing in postmortem_rows(pm)}
     assert rows[old] == ("no clean shutdown, replaced by pid 10",
-                         "in rl.rollout.generate open 0m03s until its replacement started < rl.step 6")
+                         "in rl.rollout.generate open 0m03s until its replacement started"
+                         " < trainer/0: rl.step 6")
     # A dead process's span is not a stall, however low the floor: its replacement does the work.
     watched = {p.process: p for p in process_states(span_columns_from_records([]), live,
                                                     now_ns=70 * sec, min_age_s=0)}
     assert not watched[old].stalled and watched[old].replaced_by_pid == 10
+
+
+def test_a_parent_in_another_process_is_named_with_its_rank_where_the_chain_crosses() -> None:
+    """The hang drill: policy/1's parents read 'rl.train.policy < rl.train.policy < rl.step 6',
+    two spans of one name with nothing to say the outer one is the driver's dispatch."""
+    sec = 10**9
+    worker = "run/policy/1/9"
+    step = StartRecord(_PROCESS, "t", "0000000000000001", None, "rl.step", "step", 0, 1, step=6)
+    outer = StartRecord(_PROCESS, "t", "0000000000000002", step.span_id, "rl.train.policy",
+                        "training", 1 * sec, 1)
+    inner = StartRecord(worker, "t", "0000000000000003", outer.span_id, "rl.train.policy",
+                        "training", 2 * sec, 2)
+    fb = StartRecord(worker, "t", "0000000000000004", inner.span_id, "rl.train.forward_backward",
+                     "training", 2 * sec, 2)
+    live = _live(step, outer, inner, fb)
+    live.processes[_PROCESS] = dataclasses.replace(live.processes[_PROCESS], heartbeat_s=10.0,
+                                                   alive_ns=60 * sec)
+    live.processes[worker] = LiveProcess(worker, {"service.instance.id": worker,
+                                                  "rl.worker_group": "policy", "rl.rank": 1},
+                                         opened_ns=0)
+    pm = post_mortem(span_columns_from_records([]), live)
+    assert pm is not None
+    (policy,) = [p for p in pm.processes if p.worker_group == "policy"]
+    assert policy.innermost is not None
+    assert policy.innermost.chain_ranks == ["trainer/0", "trainer/0", "policy/1"]
+    rows = {p.worker_group: doing for p, _, doing in postmortem_rows(pm)}
+    assert rows["policy"] == ("in rl.train.forward_backward open 0m58s < rl.train.policy"
+                              " < trainer/0: rl.train.policy < rl.step 6")
+    assert rows["trainer"] == "in rl.train.policy open 0m59s < rl.step 6; waiting on policy/1"
 
 
 def test_a_clean_run_reports_nothing_open(tmp_path: Path, capsys) -> None:

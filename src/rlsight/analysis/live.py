@@ -144,15 +144,22 @@ def process_states(
     replaced = _replacements(live)
     # A process Ray replaced was dead by the time its replacement started: its spans end there.
     until = {**(until or {}), **{key: later.opened_ns for key, later in replaced.items()}}
+
+    def rank_label(key: str) -> str:
+        res = resources.get(key, {})
+        return f"{res.get(WORKER_GROUP, '?')}/{res.get(RANK, '?')}"
+
     per_process: dict[str, list[OpenSpan]] = {}
     leaves: dict[str, list[OpenSpan]] = {}
     for s in sorted(open_starts, key=lambda s: s.start_ns):
         chain: list[str] = []
+        chain_ranks: list[str] = []
         seen = {s.span_id}
         parent = by_id.get(s.parent_span_id or "")
         while parent is not None and parent.span_id not in seen:
             seen.add(parent.span_id)
             chain.append(_label(parent))
+            chain_ranks.append(rank_label(parent.process))
             parent = by_id.get(parent.parent_span_id or "")
         median = medians.get(s.name)
         threshold = max(floor_ns, k * median) if median is not None else unseen_ns
@@ -161,7 +168,8 @@ def process_states(
         item = OpenSpan(
             name=s.name, group=s.group, trace_id=s.trace_id, span_id=s.span_id,
             parent_span_id=s.parent_span_id, thread=s.thread_id, start_unix_ns=s.start_ns,
-            age_ns=age, chain=chain[::-1], step=s.step, median_ns=median, threshold_ns=threshold,
+            age_ns=age, chain=chain[::-1], chain_ranks=chain_ranks[::-1], step=s.step,
+            median_ns=median, threshold_ns=threshold,
             stalled=is_leaf and s.name != JOB_SPAN and age > threshold and s.process not in replaced,
         )
         per_process.setdefault(s.process, []).append(item)
@@ -174,10 +182,6 @@ def process_states(
         parent = by_id.get(s.parent_span_id or "")
         if parent is not None and parent.process != s.process:
             remote_children.setdefault(parent.span_id, set()).add(s.process)
-
-    def rank_label(key: str) -> str:
-        res = resources.get(key, {})
-        return f"{res.get(WORKER_GROUP, '?')}/{res.get(RANK, '?')}"
 
     states = []
     for key in sorted(set(resources) | set(per_process)):

@@ -471,6 +471,9 @@ class OpenSpan:
     threshold_ns: float
     """Age beyond which it counts as stalled (see docs/live.md)."""
     stalled: bool
+    chain_ranks: list[str] = field(default_factory=list)
+    """``group/rank`` of the process of each of ``chain``, in the same order: where the chain
+    crosses from an actor into the driver that dispatched to it."""
 
 
 @dataclass(frozen=True, slots=True)

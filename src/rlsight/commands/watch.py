@@ -164,7 +164,7 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
     from rich.table import Table
     from rich.text import Text
 
-    from rlsight.render._format import clock, open_label, span_label
+    from rlsight.render._format import chain_text, clock, open_label, span_label
 
     s = snapshot
     head = Text(f"run {s.run_id or '?'}  ", style="bold")
@@ -221,7 +221,8 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
         table.add_row(
             _rank_label(p, s), state, open_label(o), clock(o.age_ns),
             clock(o.median_ns) if o.median_ns is not None else "-",
-            " < ".join(reversed(o.chain)), ", ".join(_waited_on(rank, s) for rank in p.waiting_on),
+            chain_text(o, f"{p.worker_group}/{p.rank}"),
+            ", ".join(_waited_on(rank, s) for rank in p.waiting_on),
             style="bold red" if p.stalled else "yellow" if _silent(p, s) else None,
         )
     parts: list[RenderableType] = [head, table]

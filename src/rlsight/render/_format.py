@@ -14,6 +14,7 @@ from rlsight.analysis.model import (
 )
 
 __all__ = [
+    "chain_text",
     "clock",
     "count",
     "engine_outcomes",
@@ -171,8 +172,22 @@ def open_label(o: OpenSpan) -> str:
     return f"{o.name} {o.step}" if o.name == STEP_SPAN and o.step is not None else span_label(o.name)
 
 
+def chain_text(o: OpenSpan, rank: str | None = None) -> str:
+    """``rl.train.policy < driver/0: rl.train.policy < rl.step 6``: an open span's parents,
+    innermost first, naming the rank where the chain crosses into another process (from
+    ``rank``, the span's own): an actor's span and the driver's dispatch often share a name."""
+    if len(o.chain_ranks) != len(o.chain):  # a stall record written before chain_ranks
+        return " < ".join(reversed(o.chain))
+    parts = []
+    here = rank
+    for name, where in zip(reversed(o.chain), reversed(o.chain_ranks), strict=True):
+        parts.append(f"{where}: {name}" if here is not None and where != here else name)
+        here = where
+    return " < ".join(parts)
+
+
 def open_span_text(o: OpenSpan, *, silent_since_ns: int | None = None, as_of_ns: int = 0,
-                   aged_to: str = "") -> str:
+                   aged_to: str = "", rank: str | None = None) -> str:
     """``rl.refit.push open 14m01s, median 1.1s < rl.step 118 < rl.job``.
 
     ``aged_to`` names what the age runs to when it is not the end (``its replacement
@@ -182,7 +197,7 @@ def open_span_text(o: OpenSpan, *, silent_since_ns: int | None = None, as_of_ns:
     ``open 0.00s``.
     """
     median = f", median {clock(o.median_ns)}" if o.median_ns is not None else ""
-    chain = "".join(f" < {name}" for name in reversed(o.chain))
+    chain = f" < {chain_text(o, rank)}" if o.chain else ""
     if silent_since_ns is not None and o.start_unix_ns >= silent_since_ns:
         ago = clock(max(0, as_of_ns - o.start_unix_ns))
         return f"{open_label(o)}, started {ago} before the end, after its last heartbeat{median}{chain}"
@@ -212,12 +227,13 @@ def postmortem_rows(pm: PostMortem) -> list[tuple[ProcessState, str, str]]:
             ended += f", replaced by pid {p.replaced_by_pid}"
         elif p.silent and p.last_heard_unix_ns is not None:
             ended += f", silent for the last {clock(max(0, pm.as_of_unix_ns - p.last_heard_unix_ns))}"
+        own = f"{p.worker_group}/{p.rank}"
         if p.innermost is not None and p.replaced_by_pid is not None:
-            doing = "in " + open_span_text(p.innermost, aged_to="its replacement started")
+            doing = "in " + open_span_text(p.innermost, aged_to="its replacement started", rank=own)
         elif p.innermost is not None:
             silent_since = p.last_heard_unix_ns if p.silent else None
             doing = "in " + open_span_text(p.innermost, silent_since_ns=silent_since,
-                                           as_of_ns=pm.as_of_unix_ns)
+                                           as_of_ns=pm.as_of_unix_ns, rank=own)
             others = len(p.open) - 1 - len(p.innermost.chain)
             if others > 0:
                 doing += f" (+{others} more open)"

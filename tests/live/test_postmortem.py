@@ -128,7 +128,7 @@ def test_a_worker_killed_after_its_last_heartbeat_says_when_its_span_started() -
     rows = {p.worker_group: doing for p, _, doing in postmortem_rows(pm)}
     assert rows["generation"] == ("in rl.rollout.generate, started 0m57s before the end, "
                                   "after its last heartbeat < trainer/0: rl.step 6")
-    assert rows["trainer"] == "in rl.step 6 open 2m10s; waiting on generation/0"
+    assert rows["trainer"] == "in rl.step 6 open 2m10s; waiting on generation/0 (silent)"
 
 
 def test_a_rank_that_ray_restarted_ages_the_dead_processs_span_to_its_replacement() -> None:

@@ -218,6 +218,15 @@ def postmortem_summary(pm: PostMortem | None) -> str:
             f"{pm.unclean} process(es) without a clean shutdown")
 
 
+def _waited_on(rank: str, pm: PostMortem) -> str:
+    """``generation/0 (silent)`` (or ``(restarted)``) when every listed process of that rank with
+    an open span went silent or was replaced: the wait was on a dead worker, not a slow one."""
+    procs = [p for p in pm.processes if f"{p.worker_group}/{p.rank}" == rank and p.open]
+    if not procs or not all(p.silent or p.replaced_by_pid is not None for p in procs):
+        return rank
+    return rank + (" (restarted)" if any(p.replaced_by_pid is not None for p in procs) else " (silent)")
+
+
 def postmortem_rows(pm: PostMortem) -> list[tuple[ProcessState, str, str]]:
     """Per listed process: (state, how it ended, what it was doing last)."""
     rows = []
@@ -238,7 +247,7 @@ def postmortem_rows(pm: PostMortem) -> list[tuple[ProcessState, str, str]]:
             if others > 0:
                 doing += f" (+{others} more open)"
             if p.waiting_on:
-                doing += "; waiting on " + ", ".join(p.waiting_on)
+                doing += "; waiting on " + ", ".join(_waited_on(rank, pm) for rank in p.waiting_on)
         elif p.last_span is not None and p.last_end_unix_ns is not None:
             ago = clock(max(0, pm.as_of_unix_ns - p.last_end_unix_ns))
             doing = f"nothing open; last finished {span_label(p.last_span)} {ago} before the end"

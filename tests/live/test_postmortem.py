@@ -259,3 +259,14 @@ def test_a_driver_waiting_on_actors_is_in_its_dispatching_span_and_names_them() 
     assert driver.waiting_on == ["policy/1"]
     assert policy.innermost is not None and policy.innermost.chain == ["rl.train.policy"]
     assert policy.waiting_on == []
+
+
+def test_a_run_with_nothing_open_does_not_count_zero_spans_on_zero_processes() -> None:
+    """A healthy Ray run (ray.shutdown kills actors without a shutdown line) read 'open at end
+    0 span(s) never ended on 0 process(es); 4 process(es) without a clean shutdown'."""
+    from rlsight.render._format import postmortem_summary
+
+    live = _live()
+    pm = post_mortem(span_columns_from_records([]), live)
+    assert pm is not None and pm.open_spans == 0 and pm.unclean == 1
+    assert postmortem_summary(pm) == "nothing open; 1 process(es) without a clean shutdown"

@@ -213,9 +213,11 @@ def postmortem_summary(pm: PostMortem | None) -> str:
         return "not recorded (no start records in this run folder)"
     if not pm.open_spans and not pm.unclean:
         return "none"
+    unclean = f"{pm.unclean} process(es) without a clean shutdown"
+    if not pm.open_spans:
+        return f"nothing open; {unclean}"
     ranks = sum(1 for p in pm.processes if p.open)
-    return (f"{pm.open_spans} span(s) never ended on {ranks} process(es); "
-            f"{pm.unclean} process(es) without a clean shutdown")
+    return f"{pm.open_spans} span(s) never ended on {ranks} process(es); {unclean}"
 
 
 def _waited_on(rank: str, pm: PostMortem) -> str:

@@ -153,3 +153,40 @@ def test_a_failing_hook_is_logged_and_the_run_goes_on(run_dir: Path, caplog) -> 
 def test_a_bad_threshold_is_a_config_error_naming_the_field(value: object) -> None:
     with pytest.raises(ConfigError, match="stall_after_s"):
         TelemetryConfig(stall_after_s=value)  # type: ignore[arg-type]
+
+
+_DYING_WORKER = """
+import os, sys, time
+from rlsight import RL, TelemetryConfig, setup_telemetry, span
+setup_telemetry(TelemetryConfig(run_dir=sys.argv[1]), worker_group="generation", rank=0)
+with span(RL.GENERATION, "rl.test.dead_generate"):
+    time.sleep(0.3)  # the start record reaches the live file
+    os._exit(1)
+"""
+
+
+def test_a_worker_dead_on_this_host_is_named_exited_in_the_stall_warning(run_dir: Path, caplog) -> None:
+    """The die drill: 20 s after a generation worker os._exit-ed, the stall warning read
+    'generation/0 (pid N) in rl.rollout.generate open 0m20s', as if it were still generating;
+    it was not silent yet (30 s), but its pid was gone from the driver's own host."""
+    import subprocess
+    import sys
+
+    fired: list[StallRecord] = []
+    caplog.set_level(logging.WARNING, logger="rlsight")
+    setup_telemetry(_config(run_dir, stall_after_s=0.6), on_stall=fired.append)
+    try:
+        subprocess.run([sys.executable, "-c", _DYING_WORKER, str(run_dir)], check=False, timeout=120)
+        for n in range(3):
+            with step_span(n), span(RL.TRAINING, "rl.train.policy"):
+                time.sleep(0.01)
+        with step_span(3):
+            deadline = time.monotonic() + 10
+            while not fired and time.monotonic() < deadline:
+                time.sleep(0.05)
+    finally:
+        shutdown_telemetry()
+    (record,) = fired
+    (worker,) = [p for p in record.processes if p.worker_group == "generation"]
+    assert worker.alive is False
+    assert f"generation/0 (pid {worker.pid}, exited) in rl.test.dead_generate open" in record.describe()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import socket
 import statistics
 import threading
 import time
@@ -70,7 +71,9 @@ class StallRecord:
         lines = []
         for p in self.processes:
             if p.innermost is not None and (p.stalled or not any(q.stalled for q in self.processes)):
-                lines.append(f"{p.worker_group}/{p.rank} (pid {p.pid}) in {open_span_text(p.innermost)}")
+                how = ", exited" if p.alive is False else ", silent" if p.silent else ""
+                lines.append(f"{p.worker_group}/{p.rank} (pid {p.pid}{how}) in "
+                             f"{open_span_text(p.innermost, rank=f'{p.worker_group}/{p.rank}')}")
         return "; ".join(lines) or "no open span found in the store"
 
 
@@ -188,7 +191,14 @@ class Watchdog:
             # part of the stall; one that started a moment ago is not.
             states = process_states(cols, read_live(run_dir), now_ns=now, k=DEFAULT_STALL_K,
                                     min_age_s=limit / 2, unseen_factor=1.0)
-            processes = sorted((p for p in states if p.open),
+            # A worker on this host whose pid is gone is dead, not slow: say so before its
+            # heartbeat's silence would (three intervals, 30 s).
+            from rlsight._host import pid_alive
+
+            host = socket.gethostname()
+            processes = sorted((dataclasses.replace(p, alive=pid_alive(p.pid))
+                                if p.host == host and p.pid is not None else p
+                                for p in states if p.open),
                                key=lambda p: (not p.stalled, p.worker_group, p.rank))
             path = run_dir / "stalls" / f"stall-{self.fired}-{now // 1_000_000_000}.json"
         record = StallRecord(now, step, ended, quiet, limit, str(path) if path else None, processes)

@@ -115,3 +115,27 @@ class TestJson:
         assert doc["schema_version"] == 1
         assert json.loads(json.dumps(doc, allow_nan=False)) == doc
         assert doc["spans"][0]["name"] == "rl.train.policy"
+
+
+def _crawl(run_id: str, slow_rank: int | None) -> RunReport:
+    """Three policy ranks for six steps; ``slow_rank`` takes three times as long in each."""
+    run = RunBuilder(run_id)
+    driver = run.process("driver")
+    workers = [run.process("policy", r) for r in range(3)]
+    for i in range(6):
+        t = 10.0 * i
+        step = driver.step(i, t, t + 4)
+        for r, w in enumerate(workers):
+            w.span("rl.train.policy", t, t + (3 if r == slow_rank else 1), parent=step,
+                   bucket="productive")
+    return analyze(run)
+
+
+def test_a_rank_that_crawls_only_in_b_is_named_with_its_steps_in_each_run() -> None:
+    """The diff said 'findings 0 -> 6': the one thing a user needs, which rank, was missing."""
+    diff = diff_reports(_crawl("healthy", None), _crawl("crawl", 2))
+    assert [(v.name, v.a, v.b, v.change) for v in diff.straggler_ranks] == [("policy/2", 0, 6, 6)]
+    from rlsight.render.diff import diff_sections
+
+    (section,) = [s for s in diff_sections(diff) if s.title == "stragglers"]
+    assert ["policy/2 (steps)", "0", "6", "+6"] in section.rows

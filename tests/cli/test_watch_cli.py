@@ -212,3 +212,124 @@ def test_the_header_says_how_far_the_run_is_how_fast_it_goes_and_where_it_last_f
     assert "in step 5 of 12 (about" in screen and "to go)" in screen and "steps/min" in screen
     assert "last error: rl.train.policy on driver/0" in screen and "(2 span(s) ended in error)" in screen
     assert "ago: RuntimeError: CUDA out of memory (2" in screen
+
+
+def _dead_worker_snapshot(*, silent: bool):
+    """The die drill as watch saw it: step 6 of 12 open 0m46s (median step 0.41s), the driver
+    in it waiting on generation/0, whose pid is gone (silent once 30 s pass without a beat)."""
+    from rlsight.analysis.live import WatchSnapshot
+    from rlsight.analysis.model import OpenSpan, ProcessState
+
+    now, sec = 10_000 * 10**9, 10**9
+
+    def opened(name: str, age_s: float, chain: list[str], step: int | None = None,
+               median_s: float | None = None) -> OpenSpan:
+        return OpenSpan(name=name, group=None, trace_id="t", span_id=name, parent_span_id=None,
+                        thread=1, start_unix_ns=now - int(age_s * sec), age_ns=int(age_s * sec),
+                        chain=chain, step=step, median_ns=median_s and median_s * sec,
+                        threshold_ns=300 * sec, stalled=False)
+
+    job = opened("rl.job", 60, [])
+    step = opened("rl.step", 46, ["rl.job"], step=6, median_s=0.41)
+    gen = opened("rl.rollout.generate", 46, ["rl.job", "rl.step 6"], median_s=0.2)
+    driver = ProcessState("r/driver/0/1", "driver", 0, 1, "h", False, [job, step], step, False,
+                          "rl.step", now - 46 * sec, waiting_on=["generation/0"], alive=True,
+                          silent=False, last_heard_unix_ns=now - 2 * sec)
+    worker = ProcessState("r/generation/0/2", "generation", 0, 2, "h", False, [gen], gen, False,
+                          "rl.rollout.generate", now - 47 * sec, alive=False,
+                          silent=silent, last_heard_unix_ns=now - 49 * sec)
+    return WatchSnapshot(run_dir="r", run_id="r", now_unix_ns=now, steps=5, last_step=6,
+                         total_steps=12, median_step_ns=0.41 * sec, steps_per_min=146.0,
+                         last_step_end_unix_ns=now - 46 * sec, goodput_pct=10.9, stalled=False,
+                         errors=0, last_error=None, processes=[driver, worker], k=5.0,
+                         job_ended_unix_ns=None,
+                         min_age_s=300.0, skipped=0)
+
+
+def _screen_text(snapshot) -> str:
+    import io
+
+    from rich.console import Console
+
+    from rlsight.commands.watch import _screen
+
+    out = io.StringIO()
+    Console(file=out, width=200, highlight=False).print(_screen(snapshot))
+    return out.getvalue()
+
+
+def test_a_worker_whose_pid_is_gone_reads_exited_not_running_and_its_waiter_says_so() -> None:
+    """The die drill: before it went silent the dead worker's state read 'running', and the
+    driver read 'waiting on generation/0' as if that rank were working."""
+    rows = {line.split()[0]: line for line in _screen_text(_dead_worker_snapshot(silent=False)).splitlines()
+            if line.startswith(("driver/", "generation/"))}
+    assert rows["generation/0"].split()[1:3] == ["(exited)", "exited"]
+    assert rows["driver/0"].rstrip().endswith("generation/0 (exited)")
+    assert rows["driver/0"].split()[1:4] == ["running", "rl.step", "6"]  # which step it is in
+    silent = {line.split()[0]: line for line in _screen_text(_dead_worker_snapshot(silent=True)).splitlines()
+              if line.startswith(("driver/", "generation/"))}
+    assert silent["driver/0"].rstrip().endswith("generation/0 (exited, silent)")
+
+
+def test_a_step_open_far_past_its_median_gives_no_time_to_go_and_no_rate() -> None:
+    """A hung step 6 of 12 read 'about 0m03s to go' and '146 steps/min' 46 s into the hang."""
+    head = _screen_text(_dead_worker_snapshot(silent=False)).splitlines()[0]
+    assert "to go" not in head and "steps/min" not in head
+    assert "in step 6 of 12, open 0m46s (112x the median step 0.41s)" in head
+
+
+def test_a_rank_ray_restarted_shows_both_processes_by_pid_and_which_replaced_which() -> None:
+    """max_restarts=1: two rows both read 'generation/0 (exited)', the dead one's span ageing
+    as if it still worked; each row now names its pid and the dead one its replacement."""
+    import dataclasses
+
+    snap = _dead_worker_snapshot(silent=False)
+    driver, dead = snap.processes
+    dead = dataclasses.replace(dead, replaced_by_pid=3)
+    new = dataclasses.replace(dead, process="r/generation/0/3", pid=3, open=[], innermost=None,
+                              alive=True, replaced_by_pid=None)
+    text = _screen_text(dataclasses.replace(snap, processes=[driver, dead, new]))
+    rows = [line for line in text.splitlines() if line.startswith("generation/")]
+    assert rows[0].startswith("generation/0 pid 2 (exited)  replaced by pid 3  rl.rollout.generate")
+    assert rows[1].startswith("generation/0 pid 3 ")
+
+
+def test_a_finished_run_says_finished_and_its_workers_killed_at_shutdown_are_not_silent(
+        run_dir: Path, capsys) -> None:
+    """A healthy run after ray.shutdown read 'in step 15 of 15 (about 0.00s to go)' and
+    '4 silent' in yellow: the actors Ray kills at shutdown write no shutdown line."""
+    import dataclasses
+
+    from rlsight import job_span
+    from rlsight.analysis.live import watch_snapshot
+
+    with capture_telemetry(run_dir=run_dir, run_id="done"), job_span(total_steps=2):
+        for n in (1, 2):
+            with step_span(n):
+                pass
+    assert main(["watch", str(run_dir), "--json"]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["job_ended_unix_ns"] is not None
+    snap = watch_snapshot(run_dir)
+    (driver,) = snap.processes
+    # A worker Ray killed at shutdown: heard from 5 s before the job ended, silent since.
+    worker = dataclasses.replace(driver, process="done/generation/0/2", worker_group="generation",
+                                 clean_shutdown=False, silent=True, alive=False,
+                                 last_heard_unix_ns=doc["job_ended_unix_ns"] - 5 * 10**9)
+    head, *rows = _screen_text(dataclasses.replace(snap, processes=[driver, worker])).splitlines()
+    assert "finished" in head and "to go" not in head and "silent" not in head
+    (row,) = [r for r in rows if r.startswith("generation/")]
+    assert "silent" not in row and "exited" in row
+
+
+def test_a_short_step_a_few_medians_long_still_gets_a_time_to_go() -> None:
+    """20 ms steps: one open 0.14 s (7 medians, under load) is not a hang."""
+    import dataclasses
+
+    snap = _dead_worker_snapshot(silent=False)
+    driver, worker = snap.processes
+    step = dataclasses.replace(driver.open[1], age_ns=140_000_000)
+    driver = dataclasses.replace(driver, open=[driver.open[0], step], innermost=step)
+    head = _screen_text(dataclasses.replace(snap, processes=[driver, worker],
+                                            median_step_ns=20_000_000)).splitlines()[0]
+    assert "to go" in head and "median step" in head

@@ -31,4 +31,19 @@ class Trainer:
             time.sleep(seconds)
 
 
+@ray.remote(max_restarts=1)
+class Crasher:
+    """A generation worker that dies inside its span when told to; Ray restarts it once."""
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def generate(self, crash: bool) -> int:
+        with span(RL.GENERATION, "rl.test.live.generate"):
+            if crash:
+                time.sleep(0.2)  # the start record reaches the live file (written every 50 ms)
+                os._exit(1)
+        return os.getpid()
+
+
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])

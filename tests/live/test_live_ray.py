@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import ray
-from _live_actors import Trainer
+from _live_actors import Crasher, Trainer
 
 from _ray_support import RayCluster, wait_for_spans
 from rlsight import StallRecord, setup_telemetry, shutdown_telemetry, step_span
@@ -123,3 +123,31 @@ def test_the_watchdog_fires_once_and_names_the_hanging_ranks_span(ray_cluster: R
     assert ranks[1].stalled and ranks[1].innermost is not None
     assert ranks[1].innermost.name == "rl.test.live.train"
     assert "rl.test.live.train" in record.describe()
+
+
+def test_a_rank_ray_restarted_is_two_processes_the_dead_one_replaced(ray_cluster: RayCluster) -> None:
+    """max_restarts=1: the first process dies inside a span and Ray starts another for the same
+    rank; watch names the dead one's replacement and does not call its span stalled."""
+    group = "live_restarted"
+    crasher = Crasher.options(**worker_options(worker_group=group, rank=0, world_size=1)).remote()
+    try:
+        first = ray.get(crasher.pid.remote())
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(crasher.generate.remote(True))
+        deadline = time.monotonic() + 60
+        second = None
+        while second is None and time.monotonic() < deadline:
+            try:
+                second = ray.get(crasher.generate.remote(False))
+            except ray.exceptions.RayActorError:  # still restarting
+                time.sleep(0.2)
+        assert second is not None and second != first
+        _code, doc = _watch_json(ray_cluster.run_dir, "--min-age", "0")
+    finally:
+        ray.kill(crasher)
+    procs = {p["pid"]: p for p in doc["processes"] if p["worker_group"] == group}
+    assert set(procs) == {first, second}
+    dead = procs[first]
+    assert dead["replaced_by_pid"] == second and dead["alive"] is False
+    assert dead["innermost"]["name"] == "rl.test.live.generate" and dead["stalled"] is False
+    assert procs[second]["replaced_by_pid"] is None

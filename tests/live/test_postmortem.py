@@ -109,6 +109,89 @@ def test_a_worker_that_went_silent_mid_run_is_aged_to_its_last_heartbeat() -> No
     assert rows["trainer"] == "no clean shutdown"
 
 
+def test_a_worker_killed_after_its_last_heartbeat_says_when_its_span_started() -> None:
+    """A worker that died between heartbeats, inside a span it started after the last one: its
+    age to that heartbeat is nothing, so the row says when the span started instead of the
+    ``open 0.00s`` it read (a drill: a generation worker os._exit-ed mid-step)."""
+    worker = "run/generation/0/9"
+    dispatch = StartRecord(_PROCESS, "t", "0000000000000001", None, "rl.step", "step", 0, 1, step=6)
+    work = StartRecord(worker, "t", "0000000000000002", dispatch.span_id, "rl.rollout.generate",
+                       "generation", 73 * 10**9, 2)
+    live = _live(dispatch, work)
+    driver = live.processes[_PROCESS]
+    live.processes[_PROCESS] = dataclasses.replace(driver, heartbeat_s=10.0, alive_ns=130 * 10**9)
+    live.processes[worker] = LiveProcess(worker, {"service.instance.id": worker,
+                                                  "rl.worker_group": "generation", "rl.rank": 0},
+                                         opened_ns=0, heartbeat_s=10.0, alive_ns=70 * 10**9)
+    pm = post_mortem(span_columns_from_records([]), live)
+    assert pm is not None
+    rows = {p.worker_group: doing for p, _, doing in postmortem_rows(pm)}
+    assert rows["generation"] == ("in rl.rollout.generate, started 0m57s before the end, "
+                                  "after its last heartbeat < trainer/0: rl.step 6")
+    assert rows["trainer"] == "in rl.step 6 open 2m10s; waiting on generation/0 (silent)"
+
+
+def test_a_rank_that_ray_restarted_ages_the_dead_processs_span_to_its_replacement() -> None:
+    """max_restarts=1: the first process of generation/0 died 0.3 s into a span, Ray started a
+    second; the post-mortem read 'open 0m07s' for the dead one (aged to the end of the run,
+    not yet silent), as if it had worked on until then beside its replacement."""
+    sec = 10**9
+    old, new = "run/generation/0/9", "run/generation/0/10"
+    step = StartRecord(_PROCESS, "t", "0000000000000001", None, "rl.step", "step", 50 * sec, 1, step=6)
+    work = StartRecord(old, "t", "0000000000000002", step.span_id, "rl.rollout.generate",
+                       "generation", 52 * sec, 2)
+    live = _live(step, work)
+    driver = live.processes[_PROCESS]
+    live.processes[_PROCESS] = dataclasses.replace(driver, heartbeat_s=10.0, alive_ns=70 * sec)
+    identity = {"rl.worker_group": "generation", "rl.rank": 0}
+    live.processes[old] = LiveProcess(old, {"service.instance.id": old, "process.pid": 9, **identity},
+                                      opened_ns=0, heartbeat_s=10.0, alive_ns=50 * sec)
+    live.processes[new] = LiveProcess(new, {"service.instance.id": new, "process.pid": 10, **identity},
+                                      opened_ns=55 * sec, heartbeat_s=10.0, alive_ns=65 * sec)
+    pm = post_mortem(span_columns_from_records([]), live)
+    assert pm is not None
+    states = {p.process: p for p in pm.processes}
+    assert states[old].replaced_by_pid == 10 and states[new].replaced_by_pid is None
+    assert states[old].innermost is not None and states[old].innermost.age_ns == 3 * sec
+    rows = {p.process: (ended, doing) for p, ended, doing in postmortem_rows(pm)}
+    assert rows[old] == ("no clean shutdown, replaced by pid 10",
+                         "in rl.rollout.generate open 0m03s until its replacement started"
+                         " < trainer/0: rl.step 6")
+    # A dead process's span is not a stall, however low the floor: its replacement does the work.
+    watched = {p.process: p for p in process_states(span_columns_from_records([]), live,
+                                                    now_ns=70 * sec, min_age_s=0)}
+    assert not watched[old].stalled and watched[old].replaced_by_pid == 10
+
+
+def test_a_parent_in_another_process_is_named_with_its_rank_where_the_chain_crosses() -> None:
+    """The hang drill: policy/1's parents read 'rl.train.policy < rl.train.policy < rl.step 6',
+    two spans of one name with nothing to say the outer one is the driver's dispatch."""
+    sec = 10**9
+    worker = "run/policy/1/9"
+    step = StartRecord(_PROCESS, "t", "0000000000000001", None, "rl.step", "step", 0, 1, step=6)
+    outer = StartRecord(_PROCESS, "t", "0000000000000002", step.span_id, "rl.train.policy",
+                        "training", 1 * sec, 1)
+    inner = StartRecord(worker, "t", "0000000000000003", outer.span_id, "rl.train.policy",
+                        "training", 2 * sec, 2)
+    fb = StartRecord(worker, "t", "0000000000000004", inner.span_id, "rl.train.forward_backward",
+                     "training", 2 * sec, 2)
+    live = _live(step, outer, inner, fb)
+    live.processes[_PROCESS] = dataclasses.replace(live.processes[_PROCESS], heartbeat_s=10.0,
+                                                   alive_ns=60 * sec)
+    live.processes[worker] = LiveProcess(worker, {"service.instance.id": worker,
+                                                  "rl.worker_group": "policy", "rl.rank": 1},
+                                         opened_ns=0)
+    pm = post_mortem(span_columns_from_records([]), live)
+    assert pm is not None
+    (policy,) = [p for p in pm.processes if p.worker_group == "policy"]
+    assert policy.innermost is not None
+    assert policy.innermost.chain_ranks == ["trainer/0", "trainer/0", "policy/1"]
+    rows = {p.worker_group: doing for p, _, doing in postmortem_rows(pm)}
+    assert rows["policy"] == ("in rl.train.forward_backward open 0m58s < rl.train.policy"
+                              " < trainer/0: rl.train.policy < rl.step 6")
+    assert rows["trainer"] == "in rl.train.policy open 0m59s < rl.step 6; waiting on policy/1"
+
+
 def test_a_clean_run_reports_nothing_open(tmp_path: Path, capsys) -> None:
     run_dir = tmp_path / "run"
     script = _KILLED_DRIVER.replace("os.kill(os.getpid(), signal.SIGKILL)", "pass")
@@ -202,3 +285,14 @@ def test_of_spans_ending_together_the_one_read_last_is_a_process_last(tmp_path: 
         cols = read_span_columns(tmp_path, workers=1, cache=cache)[0]
         assert _last_spans(cols) == {"run/driver/0/1": ("parent", 9)}
     assert _last_spans(span_columns_from_records([child, parent])) == {"run/driver/0/1": ("parent", 9)}
+
+
+def test_a_run_with_nothing_open_does_not_count_zero_spans_on_zero_processes() -> None:
+    """A healthy Ray run (ray.shutdown kills actors without a shutdown line) read 'open at end
+    0 span(s) never ended on 0 process(es); 4 process(es) without a clean shutdown'."""
+    from rlsight.render._format import postmortem_summary
+
+    live = _live()
+    pm = post_mortem(span_columns_from_records([]), live)
+    assert pm is not None and pm.open_spans == 0 and pm.unclean == 1
+    assert postmortem_summary(pm) == "nothing open; 1 process(es) without a clean shutdown"

@@ -41,6 +41,32 @@ def test_fleets_and_stragglers_are_listed():
     assert "step 4: policy/2 rl.train.policy 7.00s vs median 4.00s (+75%" in text
 
 
+def _crawling_run(steps: int = 8) -> RunBuilder:
+    """Three policy ranks; rank 2 takes three times as long in every step (a drill's crawl)."""
+    run = RunBuilder()
+    d = run.process()
+    ranks = [run.process("policy", r) for r in range(3)]
+    for n in range(steps):
+        t = 10 * n
+        step = d.step(n + 1, t, t + 8)
+        for r, w in enumerate(ranks):
+            fb = w.span("rl.train.policy", t, t + (6 if r == 2 else 2), parent=step,
+                        bucket="productive", group="training")
+            w.span("rl.train.forward_backward", t, t + (5.9 if r == 2 else 1.9), parent=fb,
+                   group="training")
+    return run
+
+
+def test_a_rank_slow_in_every_step_is_one_line_that_names_it_with_its_share_of_steps():
+    """A crawling rank read as one line per step ("step 1: policy/2 ...", "step 2: policy/2
+    ...", "... 10 more"); it is one line saying in how many steps, and how much slower."""
+    lines = [x for x in _text(_crawling_run()).splitlines() if x.startswith(("stragglers", "    "))]
+    straggler_lines = [x for x in lines if "policy/2" in x]
+    assert straggler_lines == [
+        "stragglers   policy/2 slower in 8/8 step(s): rl.train.policy 6.00s vs median 2.00s "
+        "(+200%) and 1 more span name(s)"]
+
+
 def test_a_straggler_line_shows_milliseconds_apart():
     """Two durations 0.1 s apart print distinguishably, not as "0.1s vs median 0.1s" (#9.6)."""
     from rlsight.render._format import short_time
@@ -81,3 +107,30 @@ def test_wasted_work_under_a_second_is_not_printed_as_zero():
     step = driver.step(1, 0, 0.1)
     driver.span("rl.efficiency.wasted.stale", 0.02, 0.06, parent=step, bucket="wasted")
     assert "wasted       0.040s of wasted work on all ranks" in _text(run)
+
+
+def test_a_run_that_hung_then_was_killed_says_so_on_its_first_line():
+    """The hang drill: 5 steps in 0m06s, then step 6 hung 0m58s until a SIGKILL; the first line
+    read 'wall 0m06s  steps 5' as if the run had been six seconds long and ended."""
+    import dataclasses
+
+    from _build import SEC
+
+    from rlsight.analysis.model import OpenSpan, PostMortem, ProcessState
+
+    report = analyze(sample_run())
+    end = report.summary.end_unix_ns
+
+    def opened(name: str, chain: list[str], step: int | None = None) -> OpenSpan:
+        return OpenSpan(name=name, group=None, trace_id="t", span_id=name, parent_span_id=None,
+                        thread=1, start_unix_ns=end, age_ns=58 * SEC, chain=chain, step=step,
+                        median_ns=None, threshold_ns=0.0, stalled=False)
+
+    step = opened("rl.step", ["rl.job"], step=6)
+    driver = ProcessState("p", "driver", 0, 1, None, False, [opened("rl.job", []), step], step,
+                          False, None, None, last_heard_unix_ns=end + 58 * SEC)
+    pm = PostMortem(as_of_unix_ns=end + 58 * SEC, open_spans=2, processes=[driver], unclean=1)
+    out = io.StringIO()
+    render_report(dataclasses.replace(report, postmortem=pm), Console(file=out, width=200, highlight=False))
+    first = out.getvalue().splitlines()[0]
+    assert first.endswith("(driver timeline); then step 6 open 0m58s, never ended (see open at end)")

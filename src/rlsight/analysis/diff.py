@@ -110,6 +110,9 @@ class RunDiff:
     """Utilisation of each worker group (fraction of run wall)."""
     stragglers: ValueChange
     """Straggler findings in each run."""
+    straggler_ranks: list[ValueChange]
+    """Per ``group/rank`` that straggled in either run: the steps it straggled in, in each;
+    largest change first."""
     volume: list[ValueChange]
     """Spans per step: ``all`` first, then each span group."""
     engine: ValueChange | None
@@ -261,6 +264,21 @@ def _setting_notes(side_a: RunSide, side_b: RunSide, a: RunReport, b: RunReport)
     return notes
 
 
+def _straggler_ranks(a: RunReport, b: RunReport) -> list[ValueChange]:
+    """Which ranks straggled, in how many steps of each run: the count alone hides the rank."""
+
+    def steps(report: RunReport) -> dict[str, set[int]]:
+        out: dict[str, set[int]] = {}
+        for f in report.stragglers.findings:
+            out.setdefault(f"{f.worker_group}/{f.rank}", set()).add(f.step_index)
+        return out
+
+    in_a, in_b = steps(a), steps(b)
+    changes = [_value(rank, float(len(in_a.get(rank, ()))), float(len(in_b.get(rank, ()))))
+               for rank in in_a.keys() | in_b.keys()]
+    return sorted(changes, key=lambda v: (-abs(v.change or 0), v.name))
+
+
 def diff_reports(a: RunReport, b: RunReport) -> RunDiff:
     """Compare run ``b`` against run ``a`` (every change is B minus A)."""
     side_a, side_b = _side(a), _side(b)
@@ -275,6 +293,7 @@ def diff_reports(a: RunReport, b: RunReport) -> RunDiff:
         startup=_startup(a, b), fleets=_fleets(a, b),
         stragglers=_value("findings", float(len(a.stragglers.findings)),
                           float(len(b.stragglers.findings))),
+        straggler_ranks=_straggler_ranks(a, b),
         volume=_volume(a, b), engine=_engine(a, b),
         notes=_setting_notes(side_a, side_b, a, b),
     )

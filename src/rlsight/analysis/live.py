@@ -17,6 +17,7 @@ to its last heartbeat in the post-mortem: how long it hung while it still ran.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import socket
 import time
 from collections.abc import Mapping
@@ -32,7 +33,7 @@ from rlsight.analysis._read import read_span_columns
 from rlsight.analysis._sorting import lexsort
 from rlsight.analysis.columns import SpanColumns
 from rlsight.analysis.model import SCHEMA_VERSION, OpenSpan, PostMortem, ProcessState
-from rlsight.store._live import LiveReadResult, StartRecord, read_live
+from rlsight.store._live import LiveProcess, LiveReadResult, StartRecord, read_live
 from rlsight.store._schema import STATUS_ERROR, AttributeValue
 from rlsight.watchdog import DEFAULT_MIN_AGE_S, DEFAULT_STALL_K
 
@@ -89,6 +90,23 @@ def _label(start: StartRecord) -> str:
     return f"{start.name} {start.step}" if start.step is not None and start.name == STEP_SPAN else start.name
 
 
+def _replacements(live: LiveReadResult) -> dict[str, LiveProcess]:
+    """Per process without a clean shutdown: the next process of its worker group and rank to
+    open the store (Ray restarted the actor, or a launcher restarted the rank)."""
+    ranks: dict[tuple[str, int | None], list[LiveProcess]] = {}
+    for proc in live.processes.values():
+        group = proc.resource.get(WORKER_GROUP)
+        if group is not None:
+            ranks.setdefault((str(group), _int(proc.resource.get(RANK))), []).append(proc)
+    out = {}
+    for procs in ranks.values():
+        procs.sort(key=lambda p: (p.opened_ns, p.process))
+        for earlier, later in itertools.pairwise(procs):
+            if earlier.shutdown_ns is None:
+                out[earlier.process] = later
+    return out
+
+
 def process_states(
     cols: SpanColumns,
     live: LiveReadResult,
@@ -125,15 +143,25 @@ def process_states(
         key: res for key, res in zip(cols.process_keys, cols.resources, strict=True)}
     for key, proc in live.processes.items():
         resources[key] = proc.resource
+    replaced = _replacements(live)
+    # A process Ray replaced was dead by the time its replacement started: its spans end there.
+    until = {**(until or {}), **{key: later.opened_ns for key, later in replaced.items()}}
+
+    def rank_label(key: str) -> str:
+        res = resources.get(key, {})
+        return f"{res.get(WORKER_GROUP, '?')}/{res.get(RANK, '?')}"
+
     per_process: dict[str, list[OpenSpan]] = {}
     leaves: dict[str, list[OpenSpan]] = {}
     for s in sorted(open_starts, key=lambda s: s.start_ns):
         chain: list[str] = []
+        chain_ranks: list[str] = []
         seen = {s.span_id}
         parent = by_id.get(s.parent_span_id or "")
         while parent is not None and parent.span_id not in seen:
             seen.add(parent.span_id)
             chain.append(_label(parent))
+            chain_ranks.append(rank_label(parent.process))
             parent = by_id.get(parent.parent_span_id or "")
         median = medians.get(s.name)
         threshold = max(floor_ns, k * median) if median is not None else unseen_ns
@@ -142,8 +170,9 @@ def process_states(
         item = OpenSpan(
             name=s.name, group=s.group, trace_id=s.trace_id, span_id=s.span_id,
             parent_span_id=s.parent_span_id, thread=s.thread_id, start_unix_ns=s.start_ns,
-            age_ns=age, chain=chain[::-1], step=s.step, median_ns=median, threshold_ns=threshold,
-            stalled=is_leaf and s.name != JOB_SPAN and age > threshold,
+            age_ns=age, chain=chain[::-1], chain_ranks=chain_ranks[::-1], step=s.step,
+            median_ns=median, threshold_ns=threshold,
+            stalled=is_leaf and s.name != JOB_SPAN and age > threshold and s.process not in replaced,
         )
         per_process.setdefault(s.process, []).append(item)
         if is_leaf:
@@ -155,10 +184,6 @@ def process_states(
         parent = by_id.get(s.parent_span_id or "")
         if parent is not None and parent.process != s.process:
             remote_children.setdefault(parent.span_id, set()).add(s.process)
-
-    def rank_label(key: str) -> str:
-        res = resources.get(key, {})
-        return f"{res.get(WORKER_GROUP, '?')}/{res.get(RANK, '?')}"
 
     states = []
     for key in sorted(set(resources) | set(per_process)):
@@ -180,6 +205,7 @@ def process_states(
             last_heard_unix_ns=live_proc.last_heard_ns if live_proc is not None else None,
             waiting_on=sorted({rank_label(q) for q in remote_children.get(innermost.span_id, ())})
             if innermost is not None else [],
+            replaced_by_pid=_int(replaced[key].resource.get(PROCESS_PID)) if key in replaced else None,
         ))
     return states
 
@@ -280,6 +306,8 @@ class WatchSnapshot:
     stalled: bool
     errors: int
     """Spans that ended with an error status."""
+    job_ended_unix_ns: int | None
+    """When the run's ``rl.job`` ended, when it has and none is open: the run is over."""
     last_error: ErrorSpan | None
     processes: list[ProcessState]
     k: float
@@ -326,6 +354,9 @@ def watch_snapshot(
     jobs = sorted((s.start_ns, s.total_steps) for s in live.starts
                   if s.name == JOB_SPAN and s.total_steps is not None)
     errors = cols.status == STATUS_ERROR
+    job_index = cols.names.index(JOB_SPAN) if JOB_SPAN in cols.names else -1
+    job_mask = cols.name == job_index
+    job_open = any(o.name == JOB_SPAN for p in states for o in p.open)
     goodput = None
     if len(cols):
         try:
@@ -343,5 +374,6 @@ def watch_snapshot(
         last_step_end_unix_ns=int(cols.end[step_mask].max()) if step_mask.any() else None,
         goodput_pct=goodput, stalled=any(p.stalled for p in states),
         errors=int(errors.sum()), last_error=_last_error(cols, errors), processes=states,
+        job_ended_unix_ns=int(cols.end[job_mask].max()) if job_mask.any() and not job_open else None,
         k=k, min_age_s=min_age_s, skipped=len(skipped) + len(live.skipped),
     )

@@ -471,6 +471,9 @@ class OpenSpan:
     threshold_ns: float
     """Age beyond which it counts as stalled (see docs/live.md)."""
     stalled: bool
+    chain_ranks: list[str] = field(default_factory=list)
+    """``group/rank`` of the process of each of ``chain``, in the same order: where the chain
+    crosses from an actor into the driver that dispatched to it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -506,6 +509,9 @@ class ProcessState:
     last_heard_unix_ns: int | None = None
     """Its last heartbeat (every 10 s while its telemetry runs), opening or shutdown; ``None``
     for a run written by an rlsight before heartbeats."""
+    replaced_by_pid: int | None = None
+    """The pid of a later process of the same worker group and rank (Ray restarted the actor);
+    its open spans are aged to that process's start, when it was dead at the latest."""
 
 
 @dataclass(frozen=True, slots=True)

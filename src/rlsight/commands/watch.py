@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from rlsight.analysis.live import WatchSnapshot
-    from rlsight.analysis.model import ProcessState
+    from rlsight.analysis.model import OpenSpan, ProcessState
 
 __all__ = ["add_arguments", "run"]
 
@@ -116,8 +116,52 @@ def _first_line(message: str, limit: int = 160) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def _rank_label(p: ProcessState) -> str:
-    return f"{p.worker_group}/{p.rank}" + (" (exited)" if p.alive is False else "")
+def _rank_label(p: ProcessState, s: WatchSnapshot | None = None) -> str:
+    """``policy/1``; with its pid when Ray restarted the rank (two processes, one rank)."""
+    label = f"{p.worker_group}/{p.rank}"
+    others = s.processes if s is not None else []
+    if sum(1 for q in others if (q.worker_group, q.rank) == (p.worker_group, p.rank)) > 1:
+        label += f" pid {p.pid}"
+    return label + (" (exited)" if p.alive is False else "")
+
+
+def _silent(p: ProcessState, s: WatchSnapshot) -> bool:
+    """Silent, and not merely gone with the run: a worker still heard from within three
+    heartbeats of the job's end was killed by ``ray.shutdown()``, which writes no shutdown line."""
+    from rlsight.store._live import HEARTBEAT_S, SILENT_AFTER_BEATS
+
+    if not p.silent:
+        return False
+    if s.job_ended_unix_ns is None or p.last_heard_unix_ns is None:
+        return True
+    return s.job_ended_unix_ns - p.last_heard_unix_ns > SILENT_AFTER_BEATS * HEARTBEAT_S * 1e9
+
+
+#: Seconds a step must be open, besides ``k`` median steps, before the header stops estimating
+#: the time to go: a run of 20 ms steps is not hung when one step takes 0.2 s.
+_OVERDUE_FLOOR_S: Final = 10.0
+
+
+def _overdue_step(s: WatchSnapshot) -> OpenSpan | None:
+    """The open ``rl.step`` of the current step when it has run past ``k`` median steps (and
+    :data:`_OVERDUE_FLOOR_S`)."""
+    from rlsight._semconv import STEP_SPAN
+
+    steps = [o for p in s.processes for o in p.open if o.name == STEP_SPAN and o.step == s.last_step]
+    step = max(steps, key=lambda o: o.age_ns, default=None)
+    if step is None or not s.median_step_ns or step.age_ns <= max(s.k * s.median_step_ns,
+                                                                  _OVERDUE_FLOOR_S * 1e9):
+        return None
+    return step
+
+
+def _waited_on(rank: str, s: WatchSnapshot) -> str:
+    """``generation/0``, marked ``(exited)`` or ``(silent)`` when every process of that rank
+    with an open span is: a driver waiting on a dead worker should not read as a wait on work."""
+    procs = [p for p in s.processes if f"{p.worker_group}/{p.rank}" == rank and p.open]
+    marks = [m for m, all_of in (("exited", all(p.alive is False for p in procs)),
+                                 ("silent", all(p.silent for p in procs))) if procs and all_of]
+    return rank + (f" ({', '.join(marks)})" if marks else "")
 
 
 def _screen(snapshot: WatchSnapshot) -> RenderableType:
@@ -126,26 +170,40 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
     from rich.table import Table
     from rich.text import Text
 
-    from rlsight.render._format import clock, span_label
+    from rlsight.render._format import chain_text, clock, open_label, span_label
 
     s = snapshot
     head = Text(f"run {s.run_id or '?'}  ", style="bold")
-    head.append(f"{s.steps} step(s) done" + (f", in step {s.last_step}" if s.last_step is not None else ""))
-    if s.total_steps is not None:
-        head.append(f" of {s.total_steps}")
-        if s.median_step_ns:
-            head.append(f" (about {clock(max(0, s.total_steps - s.steps) * s.median_step_ns)} to go)")
+    ended = s.job_ended_unix_ns
+    if ended is not None:
+        head.append(f"finished {clock(max(0, s.now_unix_ns - ended))} ago: ", style="bold")
+        head.append(f"{s.steps} step(s) done" + (f" of {s.total_steps}" if s.total_steps is not None else ""))
+    else:
+        head.append(f"{s.steps} step(s) done")
+        if s.last_step is not None:
+            head.append(f", in step {s.last_step}")
+        if s.total_steps is not None:
+            head.append(f" of {s.total_steps}")
+    overdue = _overdue_step(s) if ended is None else None
+    if overdue is not None and s.median_step_ns:
+        # The rate and the time to go extrapolate steps that no longer end: a hung step 6 of 12
+        # read "about 0m03s to go" and "146 steps/min" a minute into the hang.
+        head.append(f", open {clock(overdue.age_ns)} ({overdue.age_ns / s.median_step_ns:.0f}x the "
+                    f"median step {clock(s.median_step_ns)})", style="bold")
+    elif ended is None and s.total_steps is not None and s.median_step_ns:
+        head.append(f" (about {clock(max(0, s.total_steps - s.steps) * s.median_step_ns)} to go)")
     if s.last_step_end_unix_ns is not None:
         head.append(f"  (last step ended {clock(max(0, s.now_unix_ns - s.last_step_end_unix_ns))} ago")
-        head.append(f"; median step {clock(s.median_step_ns or 0)}")
-        rate = s.steps_per_min
-        if rate is not None:
-            head.append(f"; {rate:.{1 if rate < 10 else 0}f} steps/min")
+        if overdue is None:
+            head.append(f"; median step {clock(s.median_step_ns or 0)}")
+            rate = s.steps_per_min
+            if rate is not None:
+                head.append(f"; {rate:.{1 if rate < 10 else 0}f} steps/min")
         head.append(")")
     if s.goodput_pct is not None:
         head.append(f"  goodput {s.goodput_pct:.1f}%")
     head.append("   STALLED" if s.stalled else "   ok", style="bold red" if s.stalled else "green")
-    silent = sum(1 for p in s.processes if p.silent)
+    silent = sum(1 for p in s.processes if _silent(p, s))
     if silent:
         head.append(f"   {silent} silent", style="yellow")
     table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
@@ -156,25 +214,27 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
     order = sorted(s.processes, key=lambda p: (not p.stalled, p.worker_group, p.rank, p.process))
     for p in order:
         o = p.innermost
-        state = "STALLED" if p.stalled else "running"
-        if p.silent and p.last_heard_unix_ns is not None:
+        state = ("STALLED" if p.stalled else f"replaced by pid {p.replaced_by_pid}"
+                 if p.replaced_by_pid is not None else "exited" if p.alive is False else "running")
+        if _silent(p, s) and p.last_heard_unix_ns is not None and p.replaced_by_pid is None:
             state = ("STALLED, " if p.stalled else "") + (
                 f"silent {clock(max(0, s.now_unix_ns - p.last_heard_unix_ns))}")
         if o is None:
             idle = "(shut down)" if p.clean_shutdown else "(nothing open)"
-            table.add_row(_rank_label(p), state if p.silent else "", Text(idle, style="dim"),
-                          "", "", "", "", style="yellow" if p.silent else None)
+            table.add_row(_rank_label(p, s), state if _silent(p, s) else "", Text(idle, style="dim"),
+                          "", "", "", "", style="yellow" if _silent(p, s) else None)
             continue
         table.add_row(
-            _rank_label(p), state, span_label(o.name), clock(o.age_ns),
+            _rank_label(p, s), state, open_label(o), clock(o.age_ns),
             clock(o.median_ns) if o.median_ns is not None else "-",
-            " < ".join(reversed(o.chain)), ", ".join(p.waiting_on),
-            style="bold red" if p.stalled else "yellow" if p.silent else None,
+            chain_text(o, f"{p.worker_group}/{p.rank}"),
+            ", ".join(_waited_on(rank, s) for rank in p.waiting_on),
+            style="bold red" if p.stalled else "yellow" if _silent(p, s) else None,
         )
     parts: list[RenderableType] = [head, table]
     for p in order:
         if p.stack:
-            parts.append(Text(f"\n{_rank_label(p)} (pid {p.pid}) stack:", style="bold"))
+            parts.append(Text(f"\n{_rank_label(p, s)} (pid {p.pid}) stack:", style="bold"))
             parts.append(Text(p.stack))
     if s.last_error is not None:
         e = s.last_error

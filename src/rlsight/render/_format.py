@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rlsight._semconv import STEP_SPAN
 from rlsight._terminal import terminal_safe
 from rlsight.analysis.model import (
     Engine,
@@ -13,9 +14,11 @@ from rlsight.analysis.model import (
 )
 
 __all__ = [
+    "chain_text",
     "clock",
     "count",
     "engine_outcomes",
+    "open_label",
     "open_span_text",
     "pct",
     "postmortem_rows",
@@ -105,7 +108,20 @@ def summary_line(report: RunReport) -> str:
     parts += [f"wall {clock(s.buckets.wall_ns)}", f"steps {s.steps}", f"goodput {s.goodput_pct:.1f}%"]
     where = "driver timeline" if len(s.controller_timelines) == 1 else (
         f"{len(s.controller_timelines)} controller timelines" if s.controller_timelines else "no steps")
-    return "  ".join(parts) + f"   ({where})"
+    return "  ".join(parts) + f"   ({where})" + _hung_tail(report)
+
+
+def _hung_tail(report: RunReport) -> str:
+    """``; then step 6 open 0m58s, never ended (see open at end)`` for a run whose last step
+    never ended: the wall above covers only what finished, so a run that hung for an hour and
+    was killed would otherwise read as a short one that ended."""
+    pm = report.postmortem
+    steps = [o for p in (pm.processes if pm is not None else []) for o in p.open if o.name == STEP_SPAN]
+    step = max(steps, key=lambda o: (o.step or 0, o.age_ns), default=None)
+    if step is None:
+        return ""
+    number = f" {step.step}" if step.step is not None else ""
+    return f"; then step{number} open {clock(step.age_ns)}, never ended (see open at end)"
 
 
 def startup_line(report: RunReport) -> str:
@@ -150,11 +166,45 @@ def volume_lines(report: RunReport) -> list[str]:
 
 
 
-def open_span_text(o: OpenSpan) -> str:
-    """``rl.refit.push open 14m01s (median 1.1s) < rl.step 118 < rl.job``."""
+def open_label(o: OpenSpan) -> str:
+    """An open span's name as watch and the post-mortem show it; a step with its number, as in
+    the parents (``rl.step 6``): a driver in ``rl.step`` alone does not say which step hung."""
+    return f"{o.name} {o.step}" if o.name == STEP_SPAN and o.step is not None else span_label(o.name)
+
+
+def chain_text(o: OpenSpan, rank: str | None = None) -> str:
+    """``rl.train.policy < driver/0: rl.train.policy < rl.step 6``: an open span's parents,
+    innermost first, naming the rank where the chain crosses into another process (from
+    ``rank``, the span's own): an actor's span and the driver's dispatch often share a name."""
+    if len(o.chain_ranks) != len(o.chain):  # a stall record written before chain_ranks
+        return " < ".join(reversed(o.chain))
+    parts = []
+    here = rank
+    for name, where in zip(reversed(o.chain), reversed(o.chain_ranks), strict=True):
+        parts.append(f"{where}: {name}" if here is not None and where != here else name)
+        here = where
+    return " < ".join(parts)
+
+
+def open_span_text(o: OpenSpan, *, silent_since_ns: int | None = None, as_of_ns: int = 0,
+                   aged_to: str = "", rank: str | None = None) -> str:
+    """``rl.refit.push open 14m01s, median 1.1s < rl.step 118 < rl.job``.
+
+    ``aged_to`` names what the age runs to when it is not the end (``its replacement
+    started``). ``silent_since_ns`` (a silent process's last heartbeat, its spans aged to it)
+    says so: a span started after that heartbeat has no age to tell (it died within one
+    interval of it), so the text says how long before ``as_of_ns`` it started instead of
+    ``open 0.00s``.
+    """
     median = f", median {clock(o.median_ns)}" if o.median_ns is not None else ""
-    chain = "".join(f" < {name}" for name in reversed(o.chain))
-    return f"{span_label(o.name)} open {clock(o.age_ns)}{median}{chain}"
+    chain = f" < {chain_text(o, rank)}" if o.chain else ""
+    if silent_since_ns is not None and o.start_unix_ns >= silent_since_ns:
+        ago = clock(max(0, as_of_ns - o.start_unix_ns))
+        return f"{open_label(o)}, started {ago} before the end, after its last heartbeat{median}{chain}"
+    if silent_since_ns is not None:
+        aged_to = "its last heartbeat"
+    until = f" until {aged_to}" if aged_to else ""
+    return f"{open_label(o)} open {clock(o.age_ns)}{until}{median}{chain}"
 
 
 def postmortem_summary(pm: PostMortem | None) -> str:
@@ -163,9 +213,20 @@ def postmortem_summary(pm: PostMortem | None) -> str:
         return "not recorded (no start records in this run folder)"
     if not pm.open_spans and not pm.unclean:
         return "none"
+    unclean = f"{pm.unclean} process(es) without a clean shutdown"
+    if not pm.open_spans:
+        return f"nothing open; {unclean}"
     ranks = sum(1 for p in pm.processes if p.open)
-    return (f"{pm.open_spans} span(s) never ended on {ranks} process(es); "
-            f"{pm.unclean} process(es) without a clean shutdown")
+    return f"{pm.open_spans} span(s) never ended on {ranks} process(es); {unclean}"
+
+
+def _waited_on(rank: str, pm: PostMortem) -> str:
+    """``generation/0 (silent)`` (or ``(restarted)``) when every listed process of that rank with
+    an open span went silent or was replaced: the wait was on a dead worker, not a slow one."""
+    procs = [p for p in pm.processes if f"{p.worker_group}/{p.rank}" == rank and p.open]
+    if not procs or not all(p.silent or p.replaced_by_pid is not None for p in procs):
+        return rank
+    return rank + (" (restarted)" if any(p.replaced_by_pid is not None for p in procs) else " (silent)")
 
 
 def postmortem_rows(pm: PostMortem) -> list[tuple[ProcessState, str, str]]:
@@ -173,15 +234,22 @@ def postmortem_rows(pm: PostMortem) -> list[tuple[ProcessState, str, str]]:
     rows = []
     for p in pm.processes:
         ended = "clean shutdown" if p.clean_shutdown else "no clean shutdown"
-        if p.silent and p.last_heard_unix_ns is not None:
+        if p.replaced_by_pid is not None:
+            ended += f", replaced by pid {p.replaced_by_pid}"
+        elif p.silent and p.last_heard_unix_ns is not None:
             ended += f", silent for the last {clock(max(0, pm.as_of_unix_ns - p.last_heard_unix_ns))}"
-        if p.innermost is not None:
-            doing = "in " + open_span_text(p.innermost)
+        own = f"{p.worker_group}/{p.rank}"
+        if p.innermost is not None and p.replaced_by_pid is not None:
+            doing = "in " + open_span_text(p.innermost, aged_to="its replacement started", rank=own)
+        elif p.innermost is not None:
+            silent_since = p.last_heard_unix_ns if p.silent else None
+            doing = "in " + open_span_text(p.innermost, silent_since_ns=silent_since,
+                                           as_of_ns=pm.as_of_unix_ns, rank=own)
             others = len(p.open) - 1 - len(p.innermost.chain)
             if others > 0:
                 doing += f" (+{others} more open)"
             if p.waiting_on:
-                doing += "; waiting on " + ", ".join(p.waiting_on)
+                doing += "; waiting on " + ", ".join(_waited_on(rank, pm) for rank in p.waiting_on)
         elif p.last_span is not None and p.last_end_unix_ns is not None:
             ago = clock(max(0, pm.as_of_unix_ns - p.last_end_unix_ns))
             doing = f"nothing open; last finished {span_label(p.last_span)} {ago} before the end"

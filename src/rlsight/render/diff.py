@@ -9,7 +9,7 @@ run ids, worker groups) reaches the page through :func:`html.escape`.
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Final
 
 from rlsight.render._format import count, pct, span_label
@@ -126,7 +126,8 @@ def diff_sections(diff: RunDiff) -> list[DiffSection]:
     if diff.fleets:
         out.append(DiffSection("fleet utilisation", ["worker group", "A", "B", "change"],
                                _values(diff.fleets, "pct")))
-    other = [diff.stragglers]
+    other = [diff.stragglers, *(replace(v, name=f"{v.name} (steps)")
+                         for v in diff.straggler_ranks[:MAX_SPAN_ROWS])]
     out.append(DiffSection("stragglers", ["", "A", "B", "change"], _values(other, "n")))
     if diff.volume:
         out.append(DiffSection("span volume (spans per step)", ["span group", "A", "B", "change"],

@@ -6,6 +6,8 @@ Built with rich so it lines up on a terminal and degrades to plain text in a pip
 
 from __future__ import annotations
 
+import statistics
+from collections import Counter
 from typing import TYPE_CHECKING, Final
 
 from rlsight.analysis.model import BUCKET_NAMES, RunReport, Straggler
@@ -29,7 +31,7 @@ from rlsight.render._format import (
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["MAX_FINDINGS", "render_report"]
+__all__ = ["MAX_FINDINGS", "render_report", "straggler_lines"]
 
 #: Most straggler lines the terminal report prints (the JSON has all of them).
 MAX_FINDINGS: Final = 5
@@ -65,6 +67,41 @@ def _top_lines(report: RunReport) -> list[str]:
             parts.append(text)
         lines.append(f"    top {bucket}:  " + "   ".join(parts))
     return lines
+
+
+def straggler_lines(findings: list[Straggler], steps: int) -> list[str]:
+    """One line per rank slow in several steps, then one per (step, rank) of the rest.
+
+    A rank that crawls in every step is one fact: listed per step it filled the section with
+    ``step 1: policy/2 ...``, ``step 2: policy/2 ...``. Per step, a rank's longest straggling
+    span stands for it; nested spans of a slow rank are usually slow too.
+    """
+    worst: dict[tuple[str, int], dict[int, list[Straggler]]] = {}
+    for f in findings:
+        worst.setdefault((f.worker_group, f.rank), {}).setdefault(f.step_index, []).append(f)
+    repeated, single = [], []
+    for (group, rank), by_step in worst.items():
+        picked = [max(g, key=lambda x: (x.duration_ns, x.name)) for g in by_step.values()]
+        names = {f.name for g in by_step.values() for f in g}
+        if len(by_step) > 1:
+            name = Counter(f.name for f in picked).most_common(1)[0][0]
+            same = [f for f in picked if f.name == name]
+            took = statistics.median(f.duration_ns for f in same)
+            median = statistics.median(f.median_ns for f in same)
+            more = f" and {len(names) - 1} more span name(s)" if len(names) > 1 else ""
+            slower = 100.0 * (took - median) / median if median else 0.0
+            repeated.append((-len(by_step), group, rank, (
+                f"{group}/{rank} slower in {len(by_step)}/{steps} step(s): {name} "
+                f"{short_time(took)} vs median {short_time(median)} (+{slower:.0f}%){more}")))
+            continue
+        (group_findings,) = by_step.values()
+        f = picked[0]
+        more = f" and {len(group_findings) - 1} more span name(s)" if len(group_findings) > 1 else ""
+        slower = 100.0 * (f.duration_ns - f.median_ns) / f.median_ns if f.median_ns else 0.0
+        single.append((f.step_index, group, rank, (
+            f"step {f.step}: {group}/{rank} {f.name} {short_time(f.duration_ns)} vs median "
+            f"{short_time(f.median_ns)} (+{slower:.0f}%, +{f.excess_mads:.1f} MAD){more}")))
+    return [t for *_, t in sorted(repeated)] + [t for *_, t in sorted(single)]
 
 
 def render_report(report: RunReport, console: Console) -> None:
@@ -107,22 +144,12 @@ def render_report(report: RunReport, console: Console) -> None:
         console.print(fleets)
         console.print()
     s = report.stragglers
-    # One line per (step, rank): its longest straggling span; nested spans of a slow rank
-    # are usually slow too, and listing each says the same thing several times.
-    worst: dict[tuple[int, str, int], list[Straggler]] = {}
-    for f in s.findings:
-        worst.setdefault((f.step_index, f.worker_group, f.rank), []).append(f)
-    if worst:
-        for i, group in enumerate(list(worst.values())[:MAX_FINDINGS]):
-            f = max(group, key=lambda x: (x.duration_ns, x.name))
-            label = "stragglers " if i == 0 else "           "
-            more = f" and {len(group) - 1} more span name(s)" if len(group) > 1 else ""
-            slower = 100.0 * (f.duration_ns - f.median_ns) / f.median_ns if f.median_ns else 0.0
-            line(f"{label}  step {f.step}: {f.worker_group}/{f.rank} {f.name} "
-                 f"{short_time(f.duration_ns)} vs median {short_time(f.median_ns)} "
-                 f"(+{slower:.0f}%, +{f.excess_mads:.1f} MAD){more}", "yellow")
-        if len(worst) > MAX_FINDINGS:
-            line(f"             ... {len(worst) - MAX_FINDINGS} more (see --json or --html)")
+    texts = straggler_lines(s.findings, len(report.steps))
+    if texts:
+        for i, text in enumerate(texts[:MAX_FINDINGS]):
+            line(("stragglers   " if i == 0 else "             ") + text, "yellow")
+        if len(texts) > MAX_FINDINGS:
+            line(f"             ... {len(texts) - MAX_FINDINGS} more (see --json or --html)")
     else:
         insufficient = sum(i.steps for i in s.insufficient)
         line(f"stragglers   none in {s.checks} comparison(s)"

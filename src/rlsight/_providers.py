@@ -165,6 +165,10 @@ class ProviderBuilder:
                 if self._rollup is not None:  # stops its window thread
                     self._rollup.shutdown()
                     self._rollup = None
+                if self._starts is not None:  # stops its thread: no heartbeat of a setup that failed
+                    with contextlib.suppress(Exception):
+                        self._starts.close()
+                    self._starts = None
                 raise
             if otlp_reader is not None:
                 self._otlp_metric_reader = otlp_reader
@@ -281,12 +285,15 @@ class ProviderBuilder:
         from rlsight.store._start_writer import StartRecordProcessor
 
         local = FileSink(path)
-        self._sinks.append(local)
+        beats_local = FileSink(path.parent.parent / _live.HEARTBEAT_FOLDER / path.name)
+        self._sinks += [local, beats_local]
         sink: FileSink | ShippingSink = local
+        beats: FileSink | ShippingSink = beats_local
         if self._shipper is not None:  # the Ray transport ships start records too
             from rlsight.store._ray_sink import ShippingSink
 
-            sink = ShippingSink(local, self._shipper, "live")
+            sink = ShippingSink(local, self._shipper, _live.LIVE_FOLDER)
+            beats = ShippingSink(beats_local, self._shipper, _live.HEARTBEAT_FOLDER)
         heartbeat_s = _live.HEARTBEAT_S
         sink.write(_live.process_line(self.resource_attributes, heartbeat_s))
         self._starts_sink = sink
@@ -294,7 +301,7 @@ class ProviderBuilder:
         # written from those, and spans are not filed a second time.
         open_spans = None if self._rollup is None else self._rollup.open_spans
         self._starts = StartRecordProcessor(
-            sink, interval_s=_STORE_INTERVAL_MS / 1000, heartbeat_s=heartbeat_s,
+            sink, interval_s=_STORE_INTERVAL_MS / 1000, heartbeat_s=heartbeat_s, heartbeats=beats,
             on_error=lambda exc: self.report_internal_error("store-live", exc),
             open_spans=open_spans,
         )

@@ -333,3 +333,16 @@ def test_a_short_step_a_few_medians_long_still_gets_a_time_to_go() -> None:
     head = _screen_text(dataclasses.replace(snap, processes=[driver, worker],
                                             median_step_ns=20_000_000)).splitlines()[0]
     assert "to go" in head and "median step" in head
+
+
+def test_time_to_go_counts_steps_left_by_number_so_a_resumed_run_is_not_overestimated() -> None:
+    """A run resumed from a checkpoint at step 150 has 10 finished steps in its folder when it
+    is in step 160 of 200: 40 steps are left, not 190."""
+    import dataclasses
+
+    snap = dataclasses.replace(_dead_worker_snapshot(silent=False), processes=[], steps=10,
+                               last_step=160, total_steps=200, median_step_ns=0.5e9)
+    head = _screen_text(snap).splitlines()[0]
+    assert "10 step(s) done, in step 160 of 200 (about 0m20s to go)" in head
+    ended = dataclasses.replace(snap, job_ended_unix_ns=snap.now_unix_ns - 12 * 10**9, last_step=200)
+    assert "finished 0m12s ago: 10 step(s) done, last step 200 of 200" in _screen_text(ended)

@@ -119,19 +119,22 @@ def test_the_writer_thread_writes_a_heartbeat_every_interval_and_the_reader_keep
     from rlsight.store._start_writer import StartRecordProcessor
 
     sink = FileSink(tmp_path / "live" / "p.jsonl")
+    beat_sink = FileSink(tmp_path / "heartbeats" / "p.jsonl")
     sink.write(process_line({"service.instance.id": "p"}, heartbeat_s=0.05))
-    starts = StartRecordProcessor(sink, interval_s=0.01, heartbeat_s=0.05)
+    starts = StartRecordProcessor(sink, interval_s=0.01, heartbeat_s=0.05, heartbeats=beat_sink)
     try:
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
-            beats = (tmp_path / "live" / "p.jsonl").read_text().count('"record":"alive"')
+            beats = (tmp_path / "heartbeats" / "p.jsonl").read_text().count('"record":"alive"')
             if beats >= 3:
                 break
             time.sleep(0.02)
     finally:
         starts.close()
         sink.close()
+        beat_sink.close()
     assert beats >= 3
+    assert '"alive"' not in (tmp_path / "live" / "p.jsonl").read_text()  # the start records' file stays small
     (proc,) = read_live(tmp_path).processes.values()
     assert proc.heartbeat_s == 0.05 and not read_live(tmp_path).skipped
     assert proc.alive_ns is not None and proc.alive_ns >= proc.opened_ns + 3 * 50_000_000 * 0.9
@@ -210,3 +213,58 @@ def test_where_the_roll_up_runs_start_records_come_from_its_open_spans(run_dir: 
         assert provider is not None
         assert tel._starts not in provider._active_span_processor._span_processors
         assert {"rl.step"} <= _wait_for_starts(run_dir, {"rl.step"})
+
+
+def test_only_the_tail_of_a_heartbeat_file_is_read_and_a_torn_last_line_is_passed_over(
+        tmp_path: Path) -> None:
+    """A week of heartbeats is ~60k lines: the reader reads the last few KiB, and a process
+    killed mid-write leaves a torn last line that must not hide the whole one before it."""
+    from rlsight.store._live import HEARTBEAT_FOLDER, last_heartbeat, process_line
+
+    (tmp_path / "live").mkdir()
+    (tmp_path / "live" / "p.jsonl").write_bytes(process_line({"service.instance.id": "p"}))
+    beats = tmp_path / HEARTBEAT_FOLDER / "p.jsonl"
+    beats.parent.mkdir()
+    lines = [f'{{"record":"alive","timeUnixNano":"{10**18 + i}"}}\n' for i in range(60_000)]
+    beats.write_text("".join(lines) + '{"record":"alive","timeUnix')
+    assert last_heartbeat(beats) == 10**18 + 59_999
+    (proc,) = read_live(tmp_path).processes.values()
+    assert proc.alive_ns == 10**18 + 59_999 and not read_live(tmp_path).skipped
+    beats.write_text("garbage\n")
+    assert last_heartbeat(beats) is None and last_heartbeat(tmp_path / "nope.jsonl") is None
+
+
+def test_a_failed_look_at_the_open_spans_does_not_stop_the_heartbeat(tmp_path: Path) -> None:
+    """The writer thread outlives whatever one look raises: a dead thread would stop the
+    heartbeat, and a running process would read as silent."""
+    from rlsight.store._sink import FileSink
+    from rlsight.store._start_writer import StartRecordProcessor
+
+    class Flaky(dict):  # type: ignore[type-arg]
+        """Its own ``__iter__`` makes ``dict(flaky)`` go through ``keys()``."""
+
+        failed = False
+
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            return super().__iter__()
+
+        def keys(self):  # type: ignore[no-untyped-def]
+            if not Flaky.failed:
+                Flaky.failed = True
+                raise RuntimeError("dictionary changed size during iteration")
+            return super().keys()
+
+    errors: list[BaseException] = []
+    sink, beat_sink = FileSink(tmp_path / "live.jsonl"), FileSink(tmp_path / "beats.jsonl")
+    starts = StartRecordProcessor(sink, interval_s=0.01, heartbeat_s=0.01, heartbeats=beat_sink,
+                                  on_error=errors.append, open_spans=Flaky())
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and (tmp_path / "beats.jsonl").read_text().count("alive") < 3:
+            time.sleep(0.02)
+    finally:
+        starts.close()
+        sink.close()
+        beat_sink.close()
+    assert Flaky.failed and [str(e) for e in errors][:1] == ["dictionary changed size during iteration"]
+    assert (tmp_path / "beats.jsonl").read_text().count("alive") >= 3

@@ -177,7 +177,10 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
     ended = s.job_ended_unix_ns
     if ended is not None:
         head.append(f"finished {clock(max(0, s.now_unix_ns - ended))} ago: ", style="bold")
-        head.append(f"{s.steps} step(s) done" + (f" of {s.total_steps}" if s.total_steps is not None else ""))
+        head.append(f"{s.steps} step(s) done")
+        if s.total_steps is not None:  # step numbers, not a count: a resumed run starts late
+            head.append(f", last step {s.last_step} of {s.total_steps}" if s.last_step is not None
+                        else f" of {s.total_steps}")
     else:
         head.append(f"{s.steps} step(s) done")
         if s.last_step is not None:
@@ -191,7 +194,10 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
         head.append(f", open {clock(overdue.age_ns)} ({overdue.age_ns / s.median_step_ns:.0f}x the "
                     f"median step {clock(s.median_step_ns)})", style="bold")
     elif ended is None and s.total_steps is not None and s.median_step_ns:
-        head.append(f" (about {clock(max(0, s.total_steps - s.steps) * s.median_step_ns)} to go)")
+        # Steps left by number, not by count: a run resumed at step 150 has done 10 steps in
+        # this folder when it is in step 160, and has 40 to go.
+        left = s.total_steps - (s.last_step if s.last_step is not None else s.steps)
+        head.append(f" (about {clock(max(0, left) * s.median_step_ns)} to go)")
     if s.last_step_end_unix_ns is not None:
         head.append(f"  (last step ended {clock(max(0, s.now_unix_ns - s.last_step_end_unix_ns))} ago")
         if overdue is None:

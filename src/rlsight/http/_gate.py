@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, Final
 
 from opentelemetry import trace as _trace
@@ -148,7 +148,10 @@ def _scrub_later_urls(span: Span) -> None:
     """
     attributes = getattr(span, "_attributes", None)
     if type(attributes) is BoundedAttributes:
-        attributes.__class__ = _UrlScrubbingAttributes
+        # An SDK whose attribute map no longer takes the switch keeps the span as it is: the
+        # span has started (processors hold it), so failing here would leak it unended.
+        with suppress(TypeError):
+            attributes.__class__ = _UrlScrubbingAttributes
 
 
 def _scrubbed_urls(attributes: Mapping[str, Any]) -> dict[str, str]:

@@ -6,18 +6,21 @@ umbrella groups, or any span opened with ``live=True``) the store also writes a 
 record to ``<run_dir>/live/<group>-<rank>-<pid>.jsonl``; the finished span in ``traces/``
 supersedes it by span id. Per-prompt spans never get one, so the cost stays per step.
 
-Each file holds JSON lines of four kinds (``"record"``):
+Each file holds JSON lines of three kinds (``"record"``):
 
 - ``process``: the first line; the process's resource attributes, when it opened the store, and
   its heartbeat interval (``heartbeatS``).
 - ``start``: one span that started: ids, name, group, start time, thread (and the step number
   of ``rl.step``, the planned step count of ``rl.job``).
-- ``alive``: a heartbeat, every :data:`HEARTBEAT_S` while the process's telemetry runs. Without
-  it, a process that hung in a span and was then killed left nothing later than that span's
-  start, so nobody could say how long it hung, nor tell a dead worker on another node from a
-  quiet one.
 - ``shutdown``: the process shut its telemetry down cleanly. A file without one belongs to a
   process that was killed, crashed, or exited without ``shutdown_telemetry``.
+
+Beside it, ``<run_dir>/heartbeats/<same name>.jsonl`` gets an ``alive`` line every
+:data:`HEARTBEAT_S` while the process's telemetry runs. Without it, a process that hung in a
+span and was then killed left nothing later than that span's start, so nobody could say how long
+it hung, nor tell a dead worker on another node from a quiet one. Only its last line matters, so
+the heartbeats have a file of their own: a reader reads its tail, and a week of them (~3 MB a
+process) never slows the reading of the start records.
 
 Writing goes through the store's own batching processor and sink (every 50 ms, one
 ``os.write`` per batch); a start record whose span has already ended when the batch is written
@@ -41,6 +44,7 @@ from rlsight.store._reader import store_files
 from rlsight.store._schema import AttributeValue, SkippedRecord
 
 __all__ = [
+    "HEARTBEAT_FOLDER",
     "HEARTBEAT_S",
     "LIVE_FOLDER",
     "LIVE_GROUPS",
@@ -49,6 +53,7 @@ __all__ = [
     "LiveReadResult",
     "StartRecord",
     "alive_line",
+    "last_heartbeat",
     "process_line",
     "read_live",
     "shutdown_line",
@@ -56,6 +61,11 @@ __all__ = [
 
 #: The folder of start records inside a run folder.
 LIVE_FOLDER: Final = "live"
+#: The folder of heartbeats: one file per process, named as its file in :data:`LIVE_FOLDER`.
+HEARTBEAT_FOLDER: Final = "heartbeats"
+#: Bytes read from the end of a heartbeat file: many lines' worth, so a torn last line (a
+#: process killed mid-write) still leaves a whole one before it.
+_TAIL_BYTES: Final = 4096
 
 #: Groups whose spans get a start record (besides umbrella groups and ``live=True`` spans):
 #: the work a run can hang in. Per-prompt and engine spans never do.
@@ -202,12 +212,33 @@ def read_live(run_dir: Path | str) -> LiveReadResult:
                         step=int64(step) if isinstance(step, int) else None,
                         total_steps=int64(total) if isinstance(total, int) else None,
                     ))
-                elif kind == "alive":
-                    current.alive_ns = max(current.alive_ns or 0, int64(record["timeUnixNano"]))
                 elif kind == "shutdown":
                     current.shutdown_ns = int64(record["timeUnixNano"])
                 else:
                     raise ValueError(f"unknown record kind {kind!r}")
             except PARSE_ERRORS as exc:
                 result.skipped.append(SkippedRecord(str(path), lineno, f"not a start record ({exc!r})"))
+    for proc in result.processes.values():
+        if proc.heartbeat_s is not None:
+            beats = Path(run_dir) / HEARTBEAT_FOLDER / Path(proc.file).name
+            proc.alive_ns = last_heartbeat(beats)
     return result
+
+
+def last_heartbeat(path: Path) -> int | None:
+    """The time of the last whole ``alive`` line of a heartbeat file (``None``: no such file,
+    or no whole line in its tail). Reads only the tail, whatever the file's length."""
+    try:
+        with path.open("rb") as handle:
+            size = handle.seek(0, 2)
+            handle.seek(max(0, size - _TAIL_BYTES))
+            tail = handle.read()
+    except OSError:
+        return None
+    for line in reversed(tail.split(b"\n")):
+        try:
+            record = json.loads(line)
+            return int64(record["timeUnixNano"]) if record.get("record") == "alive" else None
+        except (ValueError, TypeError, KeyError, AttributeError):
+            continue  # the torn line of a killed writer, or the cut-off first line of the tail
+    return None

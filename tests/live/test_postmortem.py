@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from rlsight.analysis.columns import span_columns_from_records
 from rlsight.analysis.live import post_mortem, process_states
+from rlsight.analysis.model import PostMortem
 from rlsight.cli import EXIT_OK, main
 from rlsight.render._format import postmortem_rows
 from rlsight.store import SpanRecord
@@ -83,20 +84,27 @@ def test_a_driver_that_hung_then_was_killed_shows_how_long_it_hung(tmp_path: Pat
     assert pm["as_of_unix_ns"] == driver["last_heard_unix_ns"]
 
 
+def _dead_worker_post_mortem(dispatch: StartRecord, name: str, *, rank: int, started_s: int,
+                             driver_heard_s: int) -> PostMortem | None:
+    """The driver in ``dispatch`` heard until ``driver_heard_s``; a generation worker running
+    ``name`` (started at ``started_s``, from ``dispatch``) last heard at 70 s."""
+    worker = f"run/generation/{rank}/9"
+    work = StartRecord(worker, "t", "0000000000000002", dispatch.span_id, name, "generation",
+                       started_s * 10**9, 2)
+    live = _live(dispatch, work)
+    live.processes[_PROCESS] = dataclasses.replace(live.processes[_PROCESS], heartbeat_s=10.0,
+                                                   alive_ns=driver_heard_s * 10**9)
+    live.processes[worker] = LiveProcess(worker, {"service.instance.id": worker,
+                                                  "rl.worker_group": "generation", "rl.rank": rank},
+                                         opened_ns=0, heartbeat_s=10.0, alive_ns=70 * 10**9)
+    return post_mortem(span_columns_from_records([]), live)
+
+
 def test_a_worker_that_went_silent_mid_run_is_aged_to_its_last_heartbeat() -> None:
     """A worker killed while the driver kept waiting: its span is aged to its own last
     heartbeat and it is marked silent; the driver's to the end of the run."""
-    worker = "run/generation/3/9"
     dispatch = StartRecord(_PROCESS, "t", "0000000000000001", None, "rl.rollout", "rollout", 0, 1)
-    work = StartRecord(worker, "t", "0000000000000002", dispatch.span_id, "rl.gen", "generation",
-                       10 * 10**9, 2)
-    live = _live(dispatch, work)
-    driver = live.processes[_PROCESS]
-    live.processes[_PROCESS] = dataclasses.replace(driver, heartbeat_s=10.0, alive_ns=600 * 10**9)
-    live.processes[worker] = LiveProcess(worker, {"service.instance.id": worker,
-                                                  "rl.worker_group": "generation", "rl.rank": 3},
-                                         opened_ns=0, heartbeat_s=10.0, alive_ns=70 * 10**9)
-    pm = post_mortem(span_columns_from_records([]), live)
+    pm = _dead_worker_post_mortem(dispatch, "rl.gen", rank=3, started_s=10, driver_heard_s=600)
     assert pm is not None and pm.as_of_unix_ns == 600 * 10**9
     states = {p.worker_group: p for p in pm.processes}
     gen, drv = states["generation"], states["trainer"]
@@ -113,17 +121,9 @@ def test_a_worker_killed_after_its_last_heartbeat_says_when_its_span_started() -
     """A worker that died between heartbeats, inside a span it started after the last one: its
     age to that heartbeat is nothing, so the row says when the span started instead of the
     ``open 0.00s`` it read (a drill: a generation worker os._exit-ed mid-step)."""
-    worker = "run/generation/0/9"
     dispatch = StartRecord(_PROCESS, "t", "0000000000000001", None, "rl.step", "step", 0, 1, step=6)
-    work = StartRecord(worker, "t", "0000000000000002", dispatch.span_id, "rl.rollout.generate",
-                       "generation", 73 * 10**9, 2)
-    live = _live(dispatch, work)
-    driver = live.processes[_PROCESS]
-    live.processes[_PROCESS] = dataclasses.replace(driver, heartbeat_s=10.0, alive_ns=130 * 10**9)
-    live.processes[worker] = LiveProcess(worker, {"service.instance.id": worker,
-                                                  "rl.worker_group": "generation", "rl.rank": 0},
-                                         opened_ns=0, heartbeat_s=10.0, alive_ns=70 * 10**9)
-    pm = post_mortem(span_columns_from_records([]), live)
+    pm = _dead_worker_post_mortem(dispatch, "rl.rollout.generate", rank=0, started_s=73,
+                                  driver_heard_s=130)
     assert pm is not None
     rows = {p.worker_group: doing for p, _, doing in postmortem_rows(pm)}
     assert rows["generation"] == ("in rl.rollout.generate, started 0m57s before the end, "

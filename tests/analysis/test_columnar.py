@@ -273,3 +273,106 @@ def test_a_worker_result_is_mapped_from_its_file_not_copied(tmp_path: Path):
         _load_result(short)
     (tmp_path / "2.pickle").write_bytes(written)
     assert _load_result(tmp_path / "2.pickle")["start"][0] == 0
+
+
+_MANY_FILES_UNDER_A_LOW_FD_LIMIT = r"""
+import functools, json, resource, sys, time
+from pathlib import Path
+
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+from rlsight.analysis import _read, analyze_columns
+
+run_dir = Path(sys.argv[1])
+serial = _read.read_span_columns(run_dir, workers=1, cache=False)
+arrived = {"results": 0, "failed": False}
+load = _read._load_result
+
+
+def counted(*args):
+    try:
+        return load(*args)
+    except OSError:
+        arrived["failed"] = True
+        raise
+    finally:
+        arrived["results"] += 1
+
+
+_read._load_result = counted
+run_job = _read._run_job
+first = [True]
+
+
+@functools.wraps(run_job)  # pickled by its name: the worker runs the real one
+def busy_first(job):  # this process is busy: the worker takes 100 files before it reads one
+    if first.pop() if first else False:
+        deadline = time.monotonic() + 30
+        while arrived["results"] < 100 and not arrived["failed"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+    return run_job(job)
+
+
+_read._run_job = busy_first
+waits = []
+wait = _read._Channel.wait
+
+
+def recorded(self, indices):
+    got = wait(self, indices)
+    waits.append((len(indices), len(got)))
+    return got
+
+
+_read._Channel.wait = recorded
+shared = _read.read_span_columns(run_dir, workers=2, cache=False)
+print(json.dumps({
+    "waits": waits, "failed": arrived["failed"],
+    "same": analyze_columns(shared[0], skipped=shared[1]).to_dict()
+    == analyze_columns(serial[0], skipped=serial[1]).to_dict(),
+}))
+"""
+
+
+def test_a_worker_with_more_results_than_open_files_allowed_still_delivers_them_all(
+    run: RunBuilder, tmp_path: Path,
+):
+    """Each worker result mapped holds an open file; a read of more trace files than this
+    process may open (here 150 under a limit of 64) still takes every result the worker sends,
+    with the report of a serial read (it had lost the worker at the limit and redone its files)."""
+    import subprocess
+    import sys
+
+    d = run.process()
+    for rank in range(150):
+        w = run.process("policy", rank)
+        w.span("train", 1, 2 + rank / 100, parent=d.step(rank, 0, 3), bucket="productive")
+    run_dir = run.write(tmp_path / "run")
+    script = tmp_path / "read.py"
+    script.write_text(_MANY_FILES_UNDER_A_LOW_FD_LIMIT)
+    done = subprocess.run([sys.executable, str(script), str(run_dir)], capture_output=True,
+                          text=True, timeout=120, check=True)
+    outcome = json.loads(done.stdout)
+    assert not outcome["failed"]
+    ((missing, got),) = outcome["waits"]
+    assert missing >= 100 and got == missing  # every file the worker took, its result used
+    assert outcome["same"]
+
+
+def test_a_worker_result_not_mapped_is_read_into_writable_memory(tmp_path: Path):
+    """Past the read's mapping budget a result is read, not mapped: the same values, writable,
+    no file held open."""
+    import numpy as np
+
+    from rlsight.analysis._read import _load_result, _save_result
+
+    result = {"start": np.arange(1000, dtype=np.int64), "names": ["a", "b"]}
+    path = tmp_path / "0.pickle"
+    _save_result(path, result)
+    got = _load_result(path, mapped=False)
+    base = got["start"]
+    while isinstance(base, np.ndarray):
+        base = base.base
+    assert isinstance(base, memoryview) and isinstance(base.obj, bytearray)
+    assert got["start"].tolist() == list(range(1000)) and got["names"] == ["a", "b"]
+    got["start"][0] = -1
+    assert _load_result(path, mapped=False)["start"][0] == 0

@@ -296,6 +296,7 @@ class _Channel:
         self.first_started = -1  # lowest job index the worker has started (it goes backwards)
         self.results: dict[int, Any] = {}
         self.ended = False
+        self.maps_left = _mapping_budget()
         self.thread = threading.Thread(target=self._read, name="rlsight-read-worker", daemon=True)
         self.thread.start()
 
@@ -309,7 +310,10 @@ class _Channel:
                     return
                 kind, index = head[:1], int.from_bytes(head[1:], "little")
                 # Our own child process wrote it; read without the lock (it releases the GIL).
-                result = _load_result(_result_path(self.folder, index)) if kind == b"r" else None
+                result = None
+                if kind == b"r":
+                    result = _load_result(_result_path(self.folder, index), self.maps_left > 0)
+                    self.maps_left -= 1
                 with self.lock:
                     if kind == b"s":
                         self.first_started = index
@@ -370,17 +374,41 @@ def _save_result(path: Path, result: Any) -> None:
             file.write(raw)
 
 
-def _load_result(path: Path) -> Any:
-    """What :func:`_save_result` wrote, its columns mapped from the file (copy on write).
+#: Most worker results one read maps (each mapping holds an open file until the read's
+#: columns are joined); the rest are read into memory. A run of many small files has many
+#: results, but their bytes are mostly in the first ones mapped when the files are large.
+_MAPPED_MAX: Final = 64
+
+
+def _mapping_budget() -> int:
+    """How many worker results one read may map: :data:`_MAPPED_MAX`, or an eighth of the
+    open files this process may have where that is fewer (a mapping keeps its file open: at
+    the limit the read would lose its worker and redo the worker's files)."""
+    try:
+        import resource  # Unix only
+    except ImportError:
+        return _MAPPED_MAX
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return _MAPPED_MAX if soft == resource.RLIM_INFINITY else min(_MAPPED_MAX, soft // 8)
+
+
+def _load_result(path: Path, mapped: bool = True) -> Any:
+    """What :func:`_save_result` wrote, its columns mapped from the file (copy on write), or
+    read into memory if not ``mapped``.
 
     The worker's columns are half a run's: copied out of a pickle they were as much fresh
     memory in this process, each page faulted in and zeroed before the copy (several ms per
     10 MB on a virtual machine), while the file's pages are in the page cache already.
-    Mapping ``path`` keeps it readable after its folder is removed.
+    Mapping ``path`` keeps it readable after its folder is removed, and keeps a file open
+    (CPython's mmap holds a duplicate of the descriptor), so the caller maps only so many.
     """
     with path.open("rb") as file:
-        mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY)
-    view = memoryview(mapped)
+        if mapped:
+            buffer: mmap.mmap | bytearray = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY)
+        else:
+            buffer = bytearray(os.fstat(file.fileno()).st_size)
+            file.readinto(buffer)
+    view = memoryview(buffer)
     count = int.from_bytes(view[:8], "little")
     sizes = [int.from_bytes(view[8 * i:8 * i + 8], "little") for i in range(1, count + 1)]
     at = 8 * (count + 1)

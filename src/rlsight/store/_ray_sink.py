@@ -12,6 +12,11 @@ with a timeout. A full queue, a full sink inbox (``max_pending_calls``), a sink 
 answer within :data:`SHIP_TIMEOUT_S`, or a dead sink each cost a counted drop from the
 shipping path, never a blocked step, and never a line of the process's own files.
 
+Live-file lines (start records, heartbeats, the shutdown line) queue apart from span batches
+(:class:`ShipQueue`): a worker flooding spans must not push out the heartbeats that show the
+driver's ``rlsight watch`` it is alive. They ride in the call of the next span batch, a
+heartbeat still waiting is replaced by the next one, and a refused call keeps them queued.
+
 Each batch carries the sender's name and a sequence number; the sink writes a
 (sender, kind, sequence) once, so a call that is retried does not duplicate lines. A process
 that writes into the driver's run folder itself (on the driver's node, or over a shared
@@ -34,9 +39,11 @@ from rlsight.store._sink import FileSink
 
 __all__ = [
     "INBOX_CALLS",
+    "LIVE_BATCHES",
     "QUEUE_BATCHES",
     "SHIP_TIMEOUT_S",
     "SINK_NAMESPACE",
+    "ShipQueue",
     "ShippingSink",
     "SinkStarter",
     "StoreShipper",
@@ -50,6 +57,16 @@ SINK_NAMESPACE: Final = "rlsight"
 INBOX_CALLS: Final = 256
 #: Batches a process buffers while its calls are in flight; beyond, the oldest is dropped.
 QUEUE_BATCHES: Final = 1024
+#: Live-file writes a process buffers apart from span batches (one every heartbeat period,
+#: 10 s: over 40 minutes of a sink that cannot be reached); beyond, the oldest is dropped.
+LIVE_BATCHES: Final = 256
+#: The store kind of live-file lines (``<run_dir>/live/``), queued apart from span batches.
+_LIVE: Final = "live"
+#: Longest a live-file write waits for a span batch to ride with before it is sent alone
+#: (a busy worker's heartbeats then cost no call of their own; `watch` allows 30 s).
+_LIVE_HOLD_S: Final = 1.0
+#: How a heartbeat line begins (:func:`rlsight.store._live.alive_line`).
+_ALIVE: Final = b'{"record":"alive",'
 #: Calls one process keeps in flight before it waits for the oldest.
 _IN_FLIGHT: Final = 8
 #: Longest a shipping thread waits for the sink to take one batch before counting it lost.
@@ -103,6 +120,11 @@ class StoreSinkActor:
         seen.add(seq)
         self.lines += 1
         return True
+
+    def append_all(self, sender: str, batches: list[tuple[str, int, bytes]]) -> int:
+        """Write each (kind, seq, data) of one call (a span batch and the live lines that rode
+        with it) as :meth:`append` does; how many were new."""
+        return sum(self.append(sender, kind, seq, data) for kind, seq, data in batches)
 
     def written(self) -> int:
         """Lines written so far (a barrier: it answers after every earlier call)."""
@@ -206,6 +228,81 @@ def _ray_if_initialised() -> Any:
         return None
 
 
+def _lone_beat(data: bytes) -> bool:
+    """Whether ``data`` is one heartbeat line and nothing else."""
+    return data.startswith(_ALIVE) and data.count(b"\n") == 1
+
+
+def _ends_with_beat(data: bytes) -> bool:
+    return data[data.rfind(b"\n", 0, len(data) - 1) + 1:].startswith(_ALIVE)
+
+
+class ShipQueue:
+    """What a process has yet to ship, in two queues: span and metric batches (at most
+    :data:`QUEUE_BATCHES`; beyond, the oldest is dropped and its spans counted in
+    ``dropped["queue_full"]``) and live-file writes (at most :data:`LIVE_BATCHES`), so that a
+    flood of spans never drops a heartbeat, a start record or the shutdown line.
+
+    Not thread-safe: the shipper holds its lock around each call.
+    """
+
+    def __init__(self, dropped: collections.Counter[str]) -> None:
+        self._batches: collections.deque[tuple[str, int, bytes, int]] = collections.deque()
+        self._live: collections.deque[tuple[str, int, bytes]] = collections.deque()
+        self._live_since = 0.0  # when the oldest live write waiting was queued
+        self._seq = 0
+        self._dropped = dropped
+
+    def put(self, kind: str, data: bytes, spans: int) -> None:
+        """Queue one store write. A write that ends with a heartbeat replaces the heartbeats
+        still waiting on their own (the newest says all they say)."""
+        self._seq += 1
+        if kind != _LIVE:
+            if len(self._batches) >= QUEUE_BATCHES:
+                self._dropped["queue_full"] += self._batches.popleft()[3]
+            self._batches.append((kind, self._seq, data, spans))
+            return
+        if _ends_with_beat(data) and any(_lone_beat(d) for _, _, d in self._live):
+            self._live = collections.deque(item for item in self._live if not _lone_beat(item[2]))
+        if len(self._live) >= LIVE_BATCHES:
+            self._live.popleft()
+        if not self._live:
+            self._live_since = time.monotonic()
+        self._live.append((kind, self._seq, data))
+
+    def take(self, hold_live_s: float = 0.0) -> tuple[list[tuple[str, int, bytes]], int]:
+        """The next call's (kind, seq, data) batches and their span count: the oldest span or
+        metric batch, with every live write waiting; ``[]`` when nothing waits, or when only
+        live writes do, none of them for ``hold_live_s`` yet (they wait for a batch to ride with)."""
+        if not self._batches and time.monotonic() - self._live_since < hold_live_s:
+            return [], 0
+        calls: list[tuple[str, int, bytes]] = list(self._live)
+        self._live.clear()
+        spans = 0
+        if self._batches:
+            kind, seq, data, spans = self._batches.popleft()
+            calls.append((kind, seq, data))
+        return calls, spans
+
+    def keep_live(self, calls: list[tuple[str, int, bytes]]) -> bool:
+        """Queue again, ahead of newer ones, the live writes of a call that was refused;
+        whether the call carried a span or metric batch too."""
+        live = [call for call in calls if call[0] == _LIVE]
+        if live and not self._live:
+            self._live_since = time.monotonic()
+        self._live.extendleft(reversed(live))
+        while len(self._live) > LIVE_BATCHES:
+            self._live.pop()
+        return len(live) < len(calls)
+
+    def clear(self) -> int:
+        """Empty both queues; the spans that were waiting."""
+        spans = sum(item[3] for item in self._batches)
+        self._batches.clear()
+        self._live.clear()
+        return spans
+
+
 class StoreShipper:
     """In a process: ship each store line to the run's sink, off the step's path.
 
@@ -226,8 +323,8 @@ class StoreShipper:
         #: True when this process writes the driver's run folder itself.
         self.same_folder = manifest.get("run_id") == run_id
         self.sender = f"{sender}-{socket.gethostname()}"
-        self._queue: collections.deque[tuple[str, int, bytes, int]] = collections.deque()
-        self._seq = 0
+        self.dropped: collections.Counter[str] = collections.Counter()
+        self._queue = ShipQueue(self.dropped)
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -235,22 +332,19 @@ class StoreShipper:
         self._next_lookup = 0.0
         self._pending: list[tuple[Any, int]] = []
         self.shipped = 0
-        self.dropped: collections.Counter[str] = collections.Counter()
         self._thread = threading.Thread(target=self._run, name="rlsight-ray-ship", daemon=True)
         self._thread.start()
 
     def offer(self, kind: str, data: bytes, spans: int) -> None:
-        """Queue one store line for the sink; never blocks (a full queue drops the oldest)."""
+        """Queue one store write for the sink; never blocks (a full queue drops the oldest,
+        :class:`ShipQueue`)."""
         if self.same_folder:
             return
         with self._lock:
             if self._stop.is_set():
                 self.dropped["after_shutdown"] += spans
                 return
-            if len(self._queue) >= QUEUE_BATCHES:
-                self.dropped["queue_full"] += self._queue.popleft()[3]
-            self._seq += 1
-            self._queue.append((kind, self._seq, data, spans))
+            self._queue.put(kind, data, spans)
         self._wake.set()
 
     def _lookup(self, ray: Any) -> Any:
@@ -293,17 +387,21 @@ class StoreShipper:
                 self._sink = self._lookup(ray)
                 if self._sink is None:
                     return
-            with self._lock:
-                if not self._queue:
-                    return
-                kind, seq, data, spans = self._queue.popleft()
+            with self._lock:  # live lines alone go after a while, or now at shutdown
+                calls, spans = self._queue.take(0.0 if self._stop.is_set() else _LIVE_HOLD_S)
+            if not calls:
+                return
             try:
-                ref = self._sink.append.remote(self.sender, kind, seq, data)
+                ref = self._sink.append_all.remote(self.sender, calls)
             except Exception as exc:  # a full inbox refuses the call at once
                 reason = "inbox_full" if type(exc).__name__ == "PendingCallsLimitExceeded" else "sink_dead"
                 self.dropped[reason] += spans
                 if reason == "sink_dead":
                     self._sink = None
+                with self._lock:
+                    carried_batch = self._queue.keep_live(calls)
+                if not carried_batch:
+                    return  # live lines only: they wait for the next wake
                 continue
             self._pending.append((ref, spans))
             self._settle(ray, 0)
@@ -339,8 +437,7 @@ class StoreShipper:
             except Exception:  # what did not reach the sink is counted below
                 pass
         with self._lock:
-            left = sum(item[3] for item in self._queue) + sum(spans for _, spans in self._pending)
-            self._queue.clear()
+            left = self._queue.clear() + sum(spans for _, spans in self._pending)
             self._pending = []
         if left:
             self.dropped["shutdown_timeout"] += left

@@ -176,13 +176,15 @@ class TestShipQueue:
     def test_a_flood_of_span_batches_drops_counted_spans_never_a_live_write(self):
         dropped: collections.Counter[str] = collections.Counter()
         queue = ShipQueue(dropped)
-        start = b'{"record":"start","spanId":"00000000000000ab"}\n' + alive_line()
+        start = b'{"record":"start","spanId":"00000000000000ab"}\n'
         queue.put("live", start, 0)
+        queue.put("heartbeats", alive_line(), 0)
         for i in range(QUEUE_BATCHES + 5):
             queue.put("traces", b'{"n":%d}\n' % i, 3)
         assert dropped == {"queue_full": 15}
         calls, spans = queue.take()  # the live write rides in the oldest batch's call
-        assert [(kind, data) for kind, _, data in calls] == [("live", start), ("traces", b'{"n":5}\n')]
+        assert [(kind, data) for kind, _, data in calls][::2] == [("live", start), ("traces", b'{"n":5}\n')]
+        assert calls[1][0] == "heartbeats"
         assert spans == 3
         assert queue.clear() == 3 * (QUEUE_BATCHES - 1)
 
@@ -191,26 +193,28 @@ class TestShipQueue:
         calls a second); one with nothing else to send goes alone after ``hold_live_s``."""
         queue = ShipQueue(collections.Counter())
         beat = alive_line()
-        queue.put("live", beat, 0)
+        queue.put("heartbeats", beat, 0)
         assert queue.take(hold_live_s=60.0) == ([], 0)
         queue.put("traces", b"{}\n", 2)
         calls, spans = queue.take(hold_live_s=60.0)
         assert [data for _, _, data in calls] == [beat, b"{}\n"] and spans == 2
-        queue.put("live", beat, 0)
+        queue.put("heartbeats", beat, 0)
         assert [data for _, _, data in queue.take(hold_live_s=0.0)[0]] == [beat]
 
     def test_a_heartbeat_waiting_gives_way_to_the_next_one(self):
         queue = ShipQueue(collections.Counter())
         beats = [alive_line() for _ in range(3)]
         start = b'{"record":"start","spanId":"00000000000000ab"}\n'
-        queue.put("live", beats[0], 0)
-        queue.put("live", start + beats[1], 0)  # its heartbeat replaces the one waiting
+        queue.put("heartbeats", beats[0], 0)
         queue.put("live", start, 0)
-        queue.put("live", beats[2], 0)
+        queue.put("heartbeats", beats[1], 0)  # replaces the one waiting
+        queue.put("live", start, 0)
+        queue.put("heartbeats", beats[2], 0)
         bye = shutdown_line()
         queue.put("live", bye, 0)
         calls, spans = queue.take()
-        assert [data for _, _, data in calls] == [start + beats[1], start, beats[2], bye]
+        assert [(kind, data) for kind, _, data in calls] == [
+            ("live", start), ("live", start), ("heartbeats", beats[2]), ("live", bye)]
         assert spans == 0 and queue.take() == ([], 0)
 
     def test_a_refused_call_keeps_its_live_writes_ahead_of_newer_ones(self):
@@ -221,7 +225,7 @@ class TestShipQueue:
         queue.put("live", shutdown_line(), 0)
         assert queue.keep_live(calls)  # it carried a span batch: that one is counted lost
         assert [kind for kind, _, _ in queue.take()[0]] == ["live", "live"]
-        queue.put("live", alive_line(), 0)
+        queue.put("heartbeats", alive_line(), 0)
         assert not queue.keep_live(queue.take()[0])  # live lines only
 
     @settings(max_examples=60, deadline=None)
@@ -237,7 +241,7 @@ class TestShipQueue:
             for i, (kind, spans) in enumerate(offers):
                 data = b'{"n":"%d-%d"}\n' % (round_, i)
                 if kind == "beat":
-                    queue.put("live", alive_line(), 0)
+                    queue.put("heartbeats", alive_line(), 0)
                 elif kind == "live":
                     queue.put("live", data, 0)
                     records.append(data)
@@ -253,7 +257,7 @@ class TestShipQueue:
             if not calls:
                 break
             taken += spans
-            shipped_records += [data for kind, _, data in calls if kind == "live" and b"alive" not in data]
+            shipped_records += [data for kind, _, data in calls if kind == "live"]
         assert taken + dropped["queue_full"] == offered
         assert shipped_records == records
 
@@ -291,11 +295,12 @@ def test_live_lines_outlive_a_flood_of_spans_and_a_waiting_heartbeat_gives_way_t
     shipper = StoreShipper(run_id, tmp_path / "worker", "w-0-1")
     start = b'{"record":"start","spanId":"00000000000000ab"}\n'
     first, second, last, bye = alive_line(), alive_line(), alive_line(), shutdown_line()
-    shipper.offer("live", start + first, 0)
-    shipper.offer("live", second, 0)
+    shipper.offer("live", start, 0)
+    shipper.offer("heartbeats", first, 0)
+    shipper.offer("heartbeats", second, 0)
     for i in range(QUEUE_BATCHES + 10):
         shipper.offer("traces", b'{"n":%d}\n' % i, 2)
-    shipper.offer("live", last, 0)
+    shipper.offer("heartbeats", last, 0)
     shipper.offer("live", bye, 0)
     sink = _start_sink(run_id, str(tmp_path / "driver"))
     try:
@@ -307,7 +312,8 @@ def test_live_lines_outlive_a_flood_of_spans_and_a_waiting_heartbeat_gives_way_t
     finally:
         ray.kill(sink)
     folder = tmp_path / "driver"
-    assert (folder / "live" / f"{shipper.sender}.jsonl").read_bytes() == start + first + last + bye
+    assert (folder / "live" / f"{shipper.sender}.jsonl").read_bytes() == start + bye
+    assert (folder / "heartbeats" / f"{shipper.sender}.jsonl").read_bytes() == last
     traces = (folder / "traces" / f"{shipper.sender}.jsonl").read_bytes()
     assert traces == b"".join(b'{"n":%d}\n' % i for i in range(10, QUEUE_BATCHES + 10))
     assert shipper.dropped == {"queue_full": 20} and shipper.shipped == 2 * QUEUE_BATCHES

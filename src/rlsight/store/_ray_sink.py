@@ -35,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
+from rlsight.store._live import HEARTBEAT_FOLDER, LIVE_FOLDER
 from rlsight.store._sink import FileSink
 
 __all__ = [
@@ -60,13 +61,12 @@ QUEUE_BATCHES: Final = 1024
 #: Live-file writes a process buffers apart from span batches (one every heartbeat period,
 #: 10 s: over 40 minutes of a sink that cannot be reached); beyond, the oldest is dropped.
 LIVE_BATCHES: Final = 256
-#: The store kind of live-file lines (``<run_dir>/live/``), queued apart from span batches.
-_LIVE: Final = "live"
+#: The store kinds of the live view (``<run_dir>/live/`` start records and shutdown lines,
+#: ``<run_dir>/heartbeats/``), queued apart from span batches.
+_LIVE_KINDS: Final = frozenset({LIVE_FOLDER, HEARTBEAT_FOLDER})
 #: Longest a live-file write waits for a span batch to ride with before it is sent alone
 #: (a busy worker's heartbeats then cost no call of their own; `watch` allows 30 s).
 _LIVE_HOLD_S: Final = 1.0
-#: How a heartbeat line begins (:func:`rlsight.store._live.alive_line`).
-_ALIVE: Final = b'{"record":"alive",'
 #: Calls one process keeps in flight before it waits for the oldest.
 _IN_FLIGHT: Final = 8
 #: Longest a shipping thread waits for the sink to take one batch before counting it lost.
@@ -228,15 +228,6 @@ def _ray_if_initialised() -> Any:
         return None
 
 
-def _lone_beat(data: bytes) -> bool:
-    """Whether ``data`` is one heartbeat line and nothing else."""
-    return data.startswith(_ALIVE) and data.count(b"\n") == 1
-
-
-def _ends_with_beat(data: bytes) -> bool:
-    return data[data.rfind(b"\n", 0, len(data) - 1) + 1:].startswith(_ALIVE)
-
-
 class ShipQueue:
     """What a process has yet to ship, in two queues: span and metric batches (at most
     :data:`QUEUE_BATCHES`; beyond, the oldest is dropped and its spans counted in
@@ -254,16 +245,16 @@ class ShipQueue:
         self._dropped = dropped
 
     def put(self, kind: str, data: bytes, spans: int) -> None:
-        """Queue one store write. A write that ends with a heartbeat replaces the heartbeats
-        still waiting on their own (the newest says all they say)."""
+        """Queue one store write. A heartbeat replaces the heartbeats still waiting (the newest
+        says all they say: only a heartbeat file's last line is read)."""
         self._seq += 1
-        if kind != _LIVE:
+        if kind not in _LIVE_KINDS:
             if len(self._batches) >= QUEUE_BATCHES:
                 self._dropped["queue_full"] += self._batches.popleft()[3]
             self._batches.append((kind, self._seq, data, spans))
             return
-        if _ends_with_beat(data) and any(_lone_beat(d) for _, _, d in self._live):
-            self._live = collections.deque(item for item in self._live if not _lone_beat(item[2]))
+        if kind == HEARTBEAT_FOLDER:
+            self._live = collections.deque(item for item in self._live if item[0] != HEARTBEAT_FOLDER)
         if len(self._live) >= LIVE_BATCHES:
             self._live.popleft()
         if not self._live:
@@ -287,7 +278,7 @@ class ShipQueue:
     def keep_live(self, calls: list[tuple[str, int, bytes]]) -> bool:
         """Queue again, ahead of newer ones, the live writes of a call that was refused;
         whether the call carried a span or metric batch too."""
-        live = [call for call in calls if call[0] == _LIVE]
+        live = [call for call in calls if call[0] in _LIVE_KINDS]
         if live and not self._live:
             self._live_since = time.monotonic()
         self._live.extendleft(reversed(live))

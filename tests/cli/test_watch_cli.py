@@ -341,8 +341,8 @@ def test_time_to_go_counts_steps_left_by_number_so_a_resumed_run_is_not_overesti
     import dataclasses
 
     snap = dataclasses.replace(_dead_worker_snapshot(silent=False), processes=[], steps=10,
-                               last_step=160, total_steps=200, median_step_ns=0.5e9)
+                               last_step=160, total_steps=200, median_step_ns=1e9)
     head = _screen_text(snap).splitlines()[0]
-    assert "10 step(s) done, in step 160 of 200 (about 0m20s to go)" in head
+    assert "10 step(s) done, in step 160 of 200 (about 0m41s to go)" in head  # 160 itself too
     ended = dataclasses.replace(snap, job_ended_unix_ns=snap.now_unix_ns - 12 * 10**9, last_step=200)
     assert "finished 0m12s ago: 10 step(s) done, last step 200 of 200" in _screen_text(ended)

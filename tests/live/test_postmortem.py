@@ -296,3 +296,33 @@ def test_a_run_with_nothing_open_does_not_count_zero_spans_on_zero_processes() -
     pm = post_mortem(span_columns_from_records([]), live)
     assert pm is not None and pm.open_spans == 0 and pm.unclean == 1
     assert postmortem_summary(pm) == "nothing open; 1 process(es) without a clean shutdown"
+
+
+def test_two_processes_of_one_rank_running_side_by_side_are_not_a_restart() -> None:
+    """The actors of an unnamed pool share their class name and rank 0: one that still beats
+    after the other opened, or whose pid runs on this host, is not 'replaced', and its hung span
+    is still judged (it read 'replaced by pid N', aged to the other's start, never stalled)."""
+    sec = 10**9
+    first, second = "run/RolloutWorker/0/1", "run/RolloutWorker/0/2"
+    identity = {"rl.worker_group": "RolloutWorker", "rl.rank": 0}
+    hung = StartRecord(first, "t", "0000000000000001", None, "rl.generate.batch", "generation", 1 * sec, 1)
+    live = LiveReadResult(processes={
+        first: LiveProcess(first, {"service.instance.id": first, "process.pid": 1, **identity},
+                           opened_ns=0, heartbeat_s=10.0, alive_ns=40 * sec),
+        second: LiveProcess(second, {"service.instance.id": second, "process.pid": 2, **identity},
+                            opened_ns=4 * sec, heartbeat_s=10.0, alive_ns=40 * sec),
+    }, starts=[hung])
+    pm = post_mortem(span_columns_from_records([]), live)
+    assert pm is not None
+    (state,) = [p for p in pm.processes if p.process == first]
+    assert state.replaced_by_pid is None and state.innermost is not None
+    assert state.innermost.age_ns == 39 * sec
+    # Before its next heartbeat nothing of it is later than the other's opening; its pid runs.
+    early = dataclasses.replace(live.processes[first], alive_ns=None)
+    live.processes[first] = early
+    states = {p.process: p for p in process_states(span_columns_from_records([]), live, now_ns=8 * sec,
+                                                   min_age_s=1, running=[first])}
+    assert states[first].replaced_by_pid is None and states[first].stalled
+    gone = {p.process: p for p in process_states(span_columns_from_records([]), live, now_ns=8 * sec,
+                                                 min_age_s=1)}
+    assert gone[first].replaced_by_pid == 2  # pid not known to run: taken for a restart

@@ -134,3 +134,39 @@ def test_a_run_that_hung_then_was_killed_says_so_on_its_first_line():
     render_report(dataclasses.replace(report, postmortem=pm), Console(file=out, width=200, highlight=False))
     first = out.getvalue().splitlines()[0]
     assert first.endswith("(driver timeline); then step 6 open 0m58s, never ended (see open at end)")
+
+
+def test_the_first_line_says_when_a_silent_drivers_step_started_and_skips_steps_that_ended():
+    """A driver frozen (GIL held) 0.15 s into step 6 and killed 8 s later: its step is aged to
+    its last heartbeat (nothing), so the line says when it started (it read 'open 0.00s'). A
+    step number that finished in another attempt, or one a replaced process held, never hung."""
+    import dataclasses
+
+    from _build import SEC
+
+    from rlsight.analysis.model import OpenSpan, PostMortem, ProcessState
+
+    report = analyze(sample_run())
+    end = report.summary.end_unix_ns
+    last = max(s.step for s in report.steps)
+
+    def step_open(n: int) -> OpenSpan:
+        return OpenSpan(name="rl.step", group=None, trace_id="t", span_id=f"s{n}", parent_span_id=None,
+                        thread=1, start_unix_ns=end, age_ns=0, chain=["rl.job"], step=n,
+                        median_ns=None, threshold_ns=0.0, stalled=False)
+
+    def first_line(*procs: ProcessState) -> str:
+        pm = PostMortem(as_of_unix_ns=end + 8 * SEC, open_spans=1, processes=list(procs), unclean=1)
+        out = io.StringIO()
+        console = Console(file=out, width=200, highlight=False)
+        render_report(dataclasses.replace(report, postmortem=pm), console)
+        return out.getvalue().splitlines()[0]
+
+    frozen = ProcessState("p", "driver", 0, 1, None, False, [step_open(last + 1)], step_open(last + 1),
+                          False, None, None, silent=True, last_heard_unix_ns=end)
+    assert first_line(frozen).endswith(f"; then step {last + 1} started 0m08s before the end, never "
+                                       "ended (see open at end)")
+    ended = dataclasses.replace(frozen, open=[step_open(last)], innermost=step_open(last))
+    replaced = dataclasses.replace(frozen, replaced_by_pid=2)
+    for proc in (ended, replaced):
+        assert "then step" not in first_line(proc)

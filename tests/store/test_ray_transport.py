@@ -201,6 +201,27 @@ class TestShipQueue:
         queue.put("heartbeats", beat, 0)
         assert [data for _, _, data in queue.take(hold_live_s=0.0)[0]] == [beat]
 
+    def test_a_start_record_or_shutdown_line_never_waits_for_a_batch(self):
+        """The driver stops its sink 0.3 s after the last line arrives: a start record held for
+        a batch to ride with was lost when a worker entered the span it then hung in."""
+        queue = ShipQueue(collections.Counter())
+        queue.put("heartbeats", alive_line(), 0)
+        queue.put("live", b'{"record":"start","spanId":"00000000000000ab"}\n', 0)
+        assert [kind for kind, _, _ in queue.take(hold_live_s=60.0)[0]] == ["heartbeats", "live"]
+        queue.put("live", shutdown_line(), 0)
+        assert [kind for kind, _, _ in queue.take(hold_live_s=60.0)[0]] == ["live"]
+
+    def test_a_full_live_queue_keeps_the_process_line_every_later_line_needs(self):
+        queue = ShipQueue(collections.Counter())
+        process = b'{"record":"process","timeUnixNano":"1","heartbeatS":10.0,"resource":{}}\n'
+        queue.put("live", process, 0)
+        starts = [b'{"record":"start","spanId":"%016x"}\n' % i for i in range(LIVE_BATCHES + 10)]
+        for data in starts:
+            queue.put("live", data, 0)
+        calls, _ = queue.take()
+        assert len(calls) == LIVE_BATCHES and calls[0][2] == process
+        assert [data for _, _, data in calls[1:]] == starts[-(LIVE_BATCHES - 1):]
+
     def test_a_heartbeat_waiting_gives_way_to_the_next_one(self):
         queue = ShipQueue(collections.Counter())
         beats = [alive_line() for _ in range(3)]
@@ -317,3 +338,39 @@ def test_live_lines_outlive_a_flood_of_spans_and_a_waiting_heartbeat_gives_way_t
     traces = (folder / "traces" / f"{shipper.sender}.jsonl").read_bytes()
     assert traces == b"".join(b'{"n":%d}\n' % i for i in range(10, QUEUE_BATCHES + 10))
     assert shipper.dropped == {"queue_full": 20} and shipper.shipped == 2 * QUEUE_BATCHES
+
+
+def test_close_keeps_its_timeout_against_a_sink_that_takes_calls_and_never_answers(ray_cluster, tmp_path):
+    """A sink hung on its disk: close(1.0) sent every queued batch, waiting 2 s for each 8th
+    call (14 batches: 14 s; a full queue: half an hour). What it could not ship is counted."""
+    import time
+
+    import ray
+
+    from rlsight.store._ray_sink import SINK_NAMESPACE, sink_name
+
+    @ray.remote
+    class HungSink:
+        def append_all(self, sender: str, calls: Any) -> bool:
+            time.sleep(3600)
+            return True
+
+    run_id = f"hung-{os.getpid()}"
+    sink = HungSink.options(name=sink_name(run_id), namespace=SINK_NAMESPACE,
+                            max_concurrency=64).remote()
+    try:
+        shipper = StoreShipper(run_id, tmp_path / "worker", "w-0-1")
+        # The batches wait for close() to send them, as when the shipping thread had just
+        # seen its stop and ended: close() ships what is left itself.
+        shipper._stop.set()
+        shipper._thread.join()
+        shipper._stop.clear()
+        for i in range(40):
+            shipper.offer("traces", b'{"n":%d}\n' % i, 1)
+        began = time.monotonic()
+        shipper.close(1.0)
+        took = time.monotonic() - began
+    finally:
+        ray.kill(sink)
+    assert took < 1.0 + 2.0  # the budget, plus one wait already under way (it took 2 s a call)
+    assert shipper.shipped == 0 and sum(shipper.dropped.values()) == 40

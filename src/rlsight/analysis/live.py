@@ -20,7 +20,7 @@ import dataclasses
 import itertools
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,9 +90,21 @@ def _label(start: StartRecord) -> str:
     return f"{start.name} {start.step}" if start.step is not None and start.name == STEP_SPAN else start.name
 
 
-def _replacements(live: LiveReadResult) -> dict[str, LiveProcess]:
-    """Per process without a clean shutdown: the next process of its worker group and rank to
-    open the store (Ray restarted the actor, or a launcher restarted the rank)."""
+def _replacements(live: LiveReadResult, last_ends: Mapping[str, int],
+                  running: Collection[str]) -> dict[str, LiveProcess]:
+    """Per process that Ray (or a launcher) replaced: the next process of its worker group and
+    rank to open the store.
+
+    Two processes of one group and rank may also run side by side (the actors of an unnamed
+    pool all take their class name and rank 0), so a process counts as replaced only when
+    nothing of it (heartbeat, start record, finished span) is later than the next one's
+    opening, since a dead process stops before its replacement starts, and it is not among
+    ``running`` (its pid is alive on this host). A process that runs on beside the next one
+    beats again within one heartbeat; until then, on another host, it may read as replaced.
+    """
+    last_start: dict[str, int] = {}
+    for s in live.starts:
+        last_start[s.process] = max(last_start.get(s.process, 0), s.start_ns)
     ranks: dict[tuple[str, int | None], list[LiveProcess]] = {}
     for proc in live.processes.values():
         group = proc.resource.get(WORKER_GROUP)
@@ -102,7 +114,12 @@ def _replacements(live: LiveReadResult) -> dict[str, LiveProcess]:
     for procs in ranks.values():
         procs.sort(key=lambda p: (p.opened_ns, p.process))
         for earlier, later in itertools.pairwise(procs):
-            if earlier.shutdown_ns is None:
+            if (earlier.shutdown_ns is not None or earlier.heartbeat_s is None
+                    or earlier.process in running):
+                continue
+            last_sign = max(earlier.last_heard_ns or 0, last_start.get(earlier.process, 0),
+                            last_ends.get(earlier.process, 0))
+            if last_sign <= later.opened_ns:
                 out[earlier.process] = later
     return out
 
@@ -116,6 +133,7 @@ def process_states(
     min_age_s: float = DEFAULT_MIN_AGE_S,
     unseen_factor: float | None = None,
     until: Mapping[str, int] | None = None,
+    running: Collection[str] = (),
 ) -> list[ProcessState]:
     """Every process the store knows of, with its open spans judged against ``now_ns``.
 
@@ -129,6 +147,8 @@ def process_states(
             (default ``k``); the watchdog, which already knows the run stopped, passes 1.
         until: Per process key, the moment its open spans are aged to instead of ``now_ns``
             (the post-mortem: a process that went silent, to its last heartbeat).
+        running: Process keys known to run now (``watch``: their pid is alive on this host);
+            never taken for a process Ray replaced.
     """
     finished = set(cols.span_id.tolist())
     open_starts = [s for s in live.starts if _hex(s.span_id) not in finished]
@@ -143,7 +163,8 @@ def process_states(
         key: res for key, res in zip(cols.process_keys, cols.resources, strict=True)}
     for key, proc in live.processes.items():
         resources[key] = proc.resource
-    replaced = _replacements(live)
+    last = _last_spans(cols)
+    replaced = _replacements(live, {key: end for key, (_, end) in last.items()}, running)
     # A process Ray replaced was dead by the time its replacement started: its spans end there.
     until = {**(until or {}), **{key: later.opened_ns for key, later in replaced.items()}}
 
@@ -177,7 +198,6 @@ def process_states(
         per_process.setdefault(s.process, []).append(item)
         if is_leaf:
             leaves.setdefault(s.process, []).append(item)
-    last = _last_spans(cols)
     # Open spans started from a span of another process (a dispatched actor call).
     remote_children: dict[str, set[str]] = {}
     for s in open_starts:
@@ -343,8 +363,10 @@ def watch_snapshot(
     live = read_live(run_dir)
     now = time.time_ns() if now_ns is None else now_ns
     host = socket.gethostname()
+    running = [key for key, p in live.processes.items()
+               if p.resource.get(HOST_NAME) == host and _alive(_int(p.resource.get(PROCESS_PID)))]
     states = [dataclasses.replace(p, alive=_alive(p.pid)) if p.host == host else p
-              for p in process_states(cols, live, now_ns=now, k=k, min_age_s=min_age_s)]
+              for p in process_states(cols, live, now_ns=now, k=k, min_age_s=min_age_s, running=running)]
     manifest = read_manifest(run_dir) or {}
     step_index = cols.names.index(STEP_SPAN) if STEP_SPAN in cols.names else -1
     step_mask = cols.name == step_index

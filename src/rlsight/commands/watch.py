@@ -194,9 +194,10 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
         head.append(f", open {clock(overdue.age_ns)} ({overdue.age_ns / s.median_step_ns:.0f}x the "
                     f"median step {clock(s.median_step_ns)})", style="bold")
     elif ended is None and s.total_steps is not None and s.median_step_ns:
-        # Steps left by number, not by count: a run resumed at step 150 has done 10 steps in
-        # this folder when it is in step 160, and has 40 to go.
-        left = s.total_steps - (s.last_step if s.last_step is not None else s.steps)
+        # Steps left by number, not by count, the one in progress included (numbered from 1):
+        # a run resumed at step 150 has done 10 steps in this folder when it is in step 160 of
+        # 200, and has 41 to go.
+        left = (s.total_steps - s.last_step + 1) if s.last_step is not None else s.total_steps - s.steps
         head.append(f" (about {clock(max(0, left) * s.median_step_ns)} to go)")
     if s.last_step_end_unix_ns is not None:
         head.append(f"  (last step ended {clock(max(0, s.now_unix_ns - s.last_step_end_unix_ns))} ago")

@@ -116,11 +116,20 @@ def _hung_tail(report: RunReport) -> str:
     never ended: the wall above covers only what finished, so a run that hung for an hour and
     was killed would otherwise read as a short one that ended."""
     pm = report.postmortem
-    steps = [o for p in (pm.processes if pm is not None else []) for o in p.open if o.name == STEP_SPAN]
-    step = max(steps, key=lambda o: (o.step or 0, o.age_ns), default=None)
-    if step is None:
+    if pm is None:
         return ""
+    done = max((s.step for s in report.steps), default=None)
+    # A process Ray replaced left its step to the replacement; a step number that finished
+    # later (in another attempt) did end.
+    steps = [(p, o) for p in pm.processes if p.replaced_by_pid is None for o in p.open
+             if o.name == STEP_SPAN and (o.step is None or done is None or o.step > done)]
+    if not steps:
+        return ""
+    proc, step = max(steps, key=lambda po: (po[1].step or 0, po[1].age_ns))
     number = f" {step.step}" if step.step is not None else ""
+    if proc.silent:  # aged only to its last heartbeat: say when it started instead
+        before = clock(max(0, pm.as_of_unix_ns - step.start_unix_ns))
+        return f"; then step{number} started {before} before the end, never ended (see open at end)"
     return f"; then step{number} open {clock(step.age_ns)}, never ended (see open at end)"
 
 

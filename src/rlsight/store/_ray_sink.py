@@ -241,6 +241,7 @@ class ShipQueue:
         self._batches: collections.deque[tuple[str, int, bytes, int]] = collections.deque()
         self._live: collections.deque[tuple[str, int, bytes]] = collections.deque()
         self._live_since = 0.0  # when the oldest live write waiting was queued
+        self._first_live: int | None = None  # seq of the first live write (the process line)
         self._seq = 0
         self._dropped = dropped
 
@@ -255,17 +256,30 @@ class ShipQueue:
             return
         if kind == HEARTBEAT_FOLDER:
             self._live = collections.deque(item for item in self._live if item[0] != HEARTBEAT_FOLDER)
+        elif self._first_live is None:
+            self._first_live = self._seq  # the live file's process line: every later line needs it
         if len(self._live) >= LIVE_BATCHES:
-            self._live.popleft()
+            self._drop_oldest_live()
         if not self._live:
             self._live_since = time.monotonic()
         self._live.append((kind, self._seq, data))
 
+    def _drop_oldest_live(self) -> None:
+        """Make room (a sink out of reach for long): the oldest live write, but never the live
+        file's process line, without which the sink's copy of the file reads as nothing."""
+        for i, item in enumerate(self._live):
+            if item[1] != self._first_live:
+                del self._live[i]
+                return
+
     def take(self, hold_live_s: float = 0.0) -> tuple[list[tuple[str, int, bytes]], int]:
         """The next call's (kind, seq, data) batches and their span count: the oldest span or
         metric batch, with every live write waiting; ``[]`` when nothing waits, or when only
-        live writes do, none of them for ``hold_live_s`` yet (they wait for a batch to ride with)."""
-        if not self._batches and time.monotonic() - self._live_since < hold_live_s:
+        heartbeats do, none of them for ``hold_live_s`` yet (they wait for a batch to ride with;
+        a start record or shutdown line goes at once, since the driver may be about to stop
+        its sink)."""
+        if (not self._batches and time.monotonic() - self._live_since < hold_live_s
+                and all(item[0] == HEARTBEAT_FOLDER for item in self._live)):
             return [], 0
         calls: list[tuple[str, int, bytes]] = list(self._live)
         self._live.clear()
@@ -283,7 +297,7 @@ class ShipQueue:
             self._live_since = time.monotonic()
         self._live.extendleft(reversed(live))
         while len(self._live) > LIVE_BATCHES:
-            self._live.pop()
+            self._drop_oldest_live()
         return len(live) < len(calls)
 
     def clear(self) -> int:
@@ -372,8 +386,13 @@ class StoreShipper:
                 self._sink = None
         self._pending = kept
 
-    def _send(self, ray: Any) -> None:
+    def _send(self, ray: Any, deadline: float | None = None) -> None:
+        """Send what is queued, the oldest first; with ``deadline`` (shutdown), stop there: a
+        sink that takes calls but never answers would otherwise hold each 8th call for
+        :data:`SHIP_TIMEOUT_S` (a thousand queued batches: half an hour)."""
         while not self.same_folder:
+            if deadline is not None and time.monotonic() >= deadline:
+                return
             if self._sink is None:
                 self._sink = self._lookup(ray)
                 if self._sink is None:
@@ -397,7 +416,8 @@ class StoreShipper:
             self._pending.append((ref, spans))
             self._settle(ray, 0)
             if len(self._pending) >= _IN_FLIGHT:
-                self._settle(ray, SHIP_TIMEOUT_S)
+                left = SHIP_TIMEOUT_S if deadline is None else deadline - time.monotonic()
+                self._settle(ray, max(0.0, min(SHIP_TIMEOUT_S, left)))
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -422,7 +442,7 @@ class StoreShipper:
         ray = _ray_if_initialised()
         if ray is not None and not self._thread.is_alive():
             try:
-                self._send(ray)
+                self._send(ray, deadline)
                 while self._pending and time.monotonic() < deadline:
                     self._settle(ray, min(SHIP_TIMEOUT_S, max(0.0, deadline - time.monotonic())))
             except Exception:  # what did not reach the sink is counted below

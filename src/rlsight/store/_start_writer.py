@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 
 __all__ = ["StartRecordProcessor", "start_lines"]
 
+#: Longest the writer waits between two looks at the roll-up's open spans (see
+#: ``StartRecordProcessor._opened_since``): the most a start record can be late.
+_MAX_SCAN_WAIT_NS: Final = 1_000_000_000
+
 
 def _is_live(span: Any) -> bool:
     """Whether ``span`` gets a start record (see :mod:`rlsight.store._live`)."""
@@ -164,15 +168,16 @@ class StartRecordProcessor(SpanProcessor):
         """The live spans among ``open_spans`` opened since the last look, in start order.
 
         ``open_spans`` holds every open span (per-prompt ones too), so one look costs a pass
-        over all of them: ~3 ms at 100k, holding the GIL. The next look waits 50 times as long
-        as this one took, so the looks never cost more than ~2% of a core; a start record is
-        then late by that much, which matters little for spans that stay open for seconds.
+        over all of them: ~3 ms at 100k, holding the GIL. The next look waits 50 times the CPU
+        this one took (this thread's own time, not time spent waiting for the GIL), at most
+        :data:`_MAX_SCAN_WAIT_NS`, so the looks cost at most ~2% of a core and a start record is
+        at most a second late.
         """
         watched = self._watched
         assert watched is not None
-        began = time.monotonic_ns()
-        if began < self._next_scan_ns:
+        if time.monotonic_ns() < self._next_scan_ns:
             return []
+        began = time.thread_time_ns()
         # One C-level copy, atomic under the GIL while app threads add and remove spans;
         # the set operations work on it. Ids that closed since leave ``_seen``.
         snapshot = dict(watched)
@@ -181,7 +186,8 @@ class StartRecordProcessor(SpanProcessor):
         if new:
             self._seen |= new
         found = [sp for sid, sp in snapshot.items() if sid in new and _is_live(sp)] if new else []
-        self._next_scan_ns = began + 50 * (time.monotonic_ns() - began)
+        wait = min(50 * (time.thread_time_ns() - began), _MAX_SCAN_WAIT_NS)
+        self._next_scan_ns = time.monotonic_ns() + wait
         return found
 
     def close(self) -> bool:

@@ -374,3 +374,21 @@ def test_close_keeps_its_timeout_against_a_sink_that_takes_calls_and_never_answe
         ray.kill(sink)
     assert took < 1.0 + 2.0  # the budget, plus one wait already under way (it took 2 s a call)
     assert shipper.shipped == 0 and sum(shipper.dropped.values()) == 40
+
+
+def test_the_sink_refuses_a_batch_delivered_twice_and_remembers_a_bounded_number(tmp_path):
+    """The sink kept every sequence number it ever saw (~120 MiB a day per sender and kind at a
+    batch every 50 ms); it keeps the last SEEN_KEPT and a floor below them."""
+    from rlsight.store._ray_sink import SEEN_KEPT
+
+    sink = StoreSinkActor(str(tmp_path))
+    n = 3 * SEEN_KEPT
+    assert all(sink.append("w", "traces", seq, b"%d\n" % seq) for seq in range(0, 2 * n, 2))
+    assert not sink.append("w", "traces", 2 * n - 2, b"again\n")  # the newest, delivered twice
+    assert not sink.append("w", "traces", 0, b"again\n")  # long behind: below the floor
+    assert sink.append("w", "traces", 2 * n + 1, b"new\n") and sink.append("w", "metrics", 0, b"m\n")
+    seen = sink._seen[("w", "traces")]
+    assert len(seen.recent) == len(seen.order) == SEEN_KEPT
+    sink.close()
+    lines = (tmp_path / "traces" / "w.jsonl").read_bytes().split()
+    assert lines == [b"%d" % seq for seq in range(0, 2 * n, 2)] + [b"new"]

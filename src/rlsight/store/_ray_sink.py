@@ -83,6 +83,36 @@ _KIND: Final = re.compile(r"[a-z][a-z_]*")
 _UNSAFE: Final = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
+#: Sequence numbers the sink remembers per sender and kind to refuse a batch delivered twice.
+#: A sender has at most a few calls in flight and sends each kind's batches in order, so a
+#: number this far behind the newest is never a first delivery.
+SEEN_KEPT: Final = 4096
+
+
+class _Seen:
+    """The sequence numbers of one sender's kind already written: the last :data:`SEEN_KEPT`,
+    and a floor at or below which every number counts as written (a set of every number ever
+    seen grew by ~120 MiB a day per sender and kind)."""
+
+    __slots__ = ("floor", "order", "recent")
+
+    def __init__(self) -> None:
+        self.floor = -1
+        self.recent: set[int] = set()
+        self.order: collections.deque[int] = collections.deque()
+
+    def __contains__(self, seq: int) -> bool:
+        return seq <= self.floor or seq in self.recent
+
+    def add(self, seq: int) -> None:
+        self.recent.add(seq)
+        self.order.append(seq)
+        if len(self.order) > SEEN_KEPT:
+            old = self.order.popleft()
+            self.recent.discard(old)
+            self.floor = max(self.floor, old)
+
+
 def sink_name(run_id: str) -> str:
     """The named actor of run ``run_id``'s sink."""
     return f"rlsight-store-sink-{run_id}"
@@ -98,7 +128,7 @@ class StoreSinkActor:
     def __init__(self, run_dir: str) -> None:
         self._run_dir = Path(run_dir)
         self._sinks: dict[tuple[str, str], FileSink] = {}
-        self._seen: dict[tuple[str, str], set[int]] = collections.defaultdict(set)
+        self._seen: dict[tuple[str, str], _Seen] = collections.defaultdict(_Seen)
         self.lines = 0
 
     def append(self, sender: str, kind: str, seq: int, data: bytes) -> bool:

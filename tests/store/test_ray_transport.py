@@ -392,3 +392,26 @@ def test_the_sink_refuses_a_batch_delivered_twice_and_remembers_a_bounded_number
     sink.close()
     lines = (tmp_path / "traces" / "w.jsonl").read_bytes().split()
     assert lines == [b"%d" % seq for seq in range(0, 2 * n, 2)] + [b"new"]
+
+
+def test_the_sink_keeps_a_bounded_number_of_files_open_and_loses_no_line(tmp_path, monkeypatch):
+    """Four files a sender (traces, metrics, live, heartbeats): a thousand workers would pass
+    the usual limit of 1,024 open files. The least recently written is closed and reopened."""
+    import rlsight.store._ray_sink as ray_sink
+
+    monkeypatch.setattr(ray_sink, "SINK_OPEN_FILES", 3)
+    sink = ray_sink.StoreSinkActor(str(tmp_path))
+    fds = len(os.listdir("/proc/self/fd"))
+    seq = 0
+    for round_ in range(4):
+        for sender in ("a", "b", "c", "d", "e"):
+            for kind in ("traces", "heartbeats"):
+                seq += 1
+                assert sink.append(sender, kind, seq, b"%s %d\n" % (sender.encode(), round_))
+                assert len(sink._sinks) <= 3
+    assert len(os.listdir("/proc/self/fd")) <= fds + 3
+    sink.close()
+    for sender in ("a", "b", "c", "d", "e"):
+        for kind in ("traces", "heartbeats"):
+            lines = (tmp_path / kind / f"{sender}.jsonl").read_text().splitlines()
+            assert lines == [f"{sender} {r}" for r in range(4)]

@@ -113,6 +113,12 @@ class _Seen:
             self.floor = max(self.floor, old)
 
 
+#: Files the sink keeps open at once. Each sender writes four (traces, metrics, live,
+#: heartbeats): a thousand workers would pass the usual limit of 1,024 open files, so the
+#: least recently written is closed and opened again (appending) when its sender next ships.
+SINK_OPEN_FILES: Final = 256
+
+
 def sink_name(run_id: str) -> str:
     """The named actor of run ``run_id``'s sink."""
     return f"rlsight-store-sink-{run_id}"
@@ -127,7 +133,8 @@ class StoreSinkActor:
 
     def __init__(self, run_dir: str) -> None:
         self._run_dir = Path(run_dir)
-        self._sinks: dict[tuple[str, str], FileSink] = {}
+        #: Open files, least recently written first (at most :data:`SINK_OPEN_FILES`).
+        self._sinks: collections.OrderedDict[tuple[str, str], FileSink] = collections.OrderedDict()
         self._seen: dict[tuple[str, str], _Seen] = collections.defaultdict(_Seen)
         self.lines = 0
 
@@ -142,10 +149,15 @@ class StoreSinkActor:
         seen = self._seen[(sender, kind)]
         if seq in seen:
             return False
-        sink = self._sinks.get((sender, kind))
+        key = (sender, kind)
+        sink = self._sinks.get(key)
         if sink is None:
+            while len(self._sinks) >= SINK_OPEN_FILES:
+                self._sinks.popitem(last=False)[1].close()
             name = _UNSAFE.sub("_", sender).lstrip(".") or "sender"
-            sink = self._sinks[(sender, kind)] = FileSink(self._run_dir / kind / f"{name}.jsonl")
+            sink = self._sinks[key] = FileSink(self._run_dir / kind / f"{name}.jsonl")
+        else:
+            self._sinks.move_to_end(key)
         sink.write(data)
         seen.add(seq)
         self.lines += 1

@@ -363,9 +363,12 @@ def watch_snapshot(
     live = read_live(run_dir)
     now = time.time_ns() if now_ns is None else now_ns
     host = socket.gethostname()
-    running = [key for key, p in live.processes.items()
-               if p.resource.get(HOST_NAME) == host and _alive(_int(p.resource.get(PROCESS_PID)))]
-    states = [dataclasses.replace(p, alive=_alive(p.pid)) if p.host == host else p
+    # Each pid on this host is looked up once: for the restart rule, then for the rows.
+    alive = {key: _alive(_int(p.resource.get(PROCESS_PID))) for key, p in live.processes.items()
+             if p.resource.get(HOST_NAME) == host}
+    running = [key for key, up in alive.items() if up]
+    states = [dataclasses.replace(p, alive=alive[p.process] if p.process in alive else _alive(p.pid))
+              if p.host == host else p
               for p in process_states(cols, live, now_ns=now, k=k, min_age_s=min_age_s, running=running)]
     manifest = read_manifest(run_dir) or {}
     step_index = cols.names.index(STEP_SPAN) if STEP_SPAN in cols.names else -1

@@ -23,7 +23,7 @@ from rlsight.store import read_spans, split_collector_files
 def _real_run(root: Path, run_id: str, steps: int) -> Path:
     config = TelemetryConfig(run_id=run_id, run_dir=str(root / run_id), span_groups=("per_step",),
                              strict=True)
-    with setup_telemetry(config) as telemetry, job_span():
+    with setup_telemetry(config) as telemetry, job_span(total_steps=steps):
         with startup_span(), setup_span("workers"):
             pass
         for step in range(1, steps + 1):
@@ -214,9 +214,13 @@ def test_any_layout_of_retried_batches_splits_into_each_span_once(tmp_path_facto
 
 
 def test_watch_reads_one_run_of_collector_files(runs, otel, capsys):
-    """Collector files carry no start records: watch shows the run's finished steps."""
+    """Collector files carry no start records: watch shows the run's finished steps, and the
+    planned length from the finished rl.job."""
     assert main(["watch", str(otel), "--run-id", "beta", "--json"]) == EXIT_OK
     doc = json.loads(capsys.readouterr().out)
     assert doc["schema_version"] == 1
+    assert (doc["steps"], doc["last_step"], doc["total_steps"]) == (5, 5, 5)
+    assert main(["watch", str(otel), "--run-id", "beta", "--once"]) == EXIT_OK
+    assert "last step 5 of 5" in capsys.readouterr().out
     assert main(["watch", str(otel), "--once"]) == EXIT_USAGE
     assert "--run-id" in capsys.readouterr().err

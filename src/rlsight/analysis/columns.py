@@ -31,6 +31,7 @@ from rlsight._semconv import (
     DISCARD_SPAN,
     GROUP_ID,
     HOST_NAME,
+    JOB_SPAN,
     LOAD_MODEL_SPAN,
     PROCESS_PID,
     PROMPTS,
@@ -61,9 +62,10 @@ BUCKET_CODES: Final = {b.value: code for code, b in enumerate(reversed(BUCKET_PR
 #: Step-number column value of a span that is not an ``rl.step`` span.
 NO_STEP: Final = np.iinfo(np.int64).min
 #: Spans whose full attribute dict is kept (few per run): model loads for the startup view,
-#: ``rl.discard`` records for the wasted view; spans carrying ``rl.group_id`` keep theirs
-#: too (work a later ``discard`` may charge).
-_KEEP_ATTRIBUTES: Final = frozenset({LOAD_MODEL_SPAN, DISCARD_SPAN})
+#: ``rl.discard`` records for the wasted view, ``rl.job`` for its ``rl.total_steps`` (watch
+#: reads it from the finished job where no start record exists: Collector files); spans
+#: carrying ``rl.group_id`` keep theirs too (work a later ``discard`` may charge).
+_KEEP_ATTRIBUTES: Final = frozenset({LOAD_MODEL_SPAN, DISCARD_SPAN, JOB_SPAN})
 
 
 @dataclass(slots=True)

@@ -28,7 +28,16 @@ from typing import Any
 import numpy as np
 
 from rlsight._host import pid_alive
-from rlsight._semconv import HOST_NAME, JOB_SPAN, PROCESS_PID, RANK, RUN_ID, STEP_SPAN, WORKER_GROUP
+from rlsight._semconv import (
+    HOST_NAME,
+    JOB_SPAN,
+    PROCESS_PID,
+    RANK,
+    RUN_ID,
+    STEP_SPAN,
+    TOTAL_STEPS,
+    WORKER_GROUP,
+)
 from rlsight.analysis._read import read_span_columns
 from rlsight.analysis._sorting import lexsort
 from rlsight.analysis.columns import SpanColumns
@@ -376,11 +385,16 @@ def watch_snapshot(
     step_numbers = [int(n) for n in cols.step_no[step_mask]]
     step_numbers += [s.step for s in live.starts if s.name == STEP_SPAN and s.step is not None]
     durations = (cols.end - cols.start)[step_mask]
-    jobs = sorted((s.start_ns, s.total_steps) for s in live.starts
-                  if s.name == JOB_SPAN and s.total_steps is not None)
     errors = cols.status == STATUS_ERROR
     job_index = cols.names.index(JOB_SPAN) if JOB_SPAN in cols.names else -1
     job_mask = cols.name == job_index
+    # The planned length: from the job's start record, or from the finished job where the
+    # run has no start records (Collector files carry none).
+    jobs = sorted([*((s.start_ns, s.total_steps) for s in live.starts
+                     if s.name == JOB_SPAN and s.total_steps is not None),
+                   *((int(cols.start[i]), total) for i in np.flatnonzero(job_mask)
+                     if isinstance(total := cols.kept_attributes.get(int(i), {}).get(TOTAL_STEPS), int)
+                     and not isinstance(total, bool))])
     job_open = any(o.name == JOB_SPAN for p in states for o in p.open)
     goodput = None
     if len(cols):

@@ -214,12 +214,14 @@ def test_any_layout_of_retried_batches_splits_into_each_span_once(tmp_path_facto
 
 
 def test_watch_reads_one_run_of_collector_files(runs, otel, capsys):
-    """Collector files carry no start records: watch shows the run's finished steps, and the
-    planned length from the finished rl.job."""
+    """Collector files carry no start records: watch shows the run's finished steps, the
+    planned length from the finished rl.job, and the path it was given (not the temporary
+    folder the files were split into, gone once the command ends)."""
     assert main(["watch", str(otel), "--run-id", "beta", "--json"]) == EXIT_OK
     doc = json.loads(capsys.readouterr().out)
     assert doc["schema_version"] == 1
     assert (doc["steps"], doc["last_step"], doc["total_steps"]) == (5, 5, 5)
+    assert doc["run_dir"] == str(otel)
     assert main(["watch", str(otel), "--run-id", "beta", "--once"]) == EXIT_OK
     assert "last step 5 of 5" in capsys.readouterr().out
     assert main(["watch", str(otel), "--once"]) == EXIT_USAGE

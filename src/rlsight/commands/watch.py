@@ -272,6 +272,8 @@ def run(args: argparse.Namespace) -> int:
         # Collector files are split again on every look: they grow while the run goes on.
         with open_run(run_dir, args.run_id) as source:
             snapshot = watch_snapshot(source.folder, k=args.k, min_age_s=args.min_age)
+        # Collector files are read from a temporary folder, gone now: name what was given.
+        snapshot = dataclasses.replace(snapshot, run_dir=str(run_dir))
         return _with_stacks(snapshot) if args.stacks else snapshot
 
     try:

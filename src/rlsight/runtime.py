@@ -430,8 +430,9 @@ def _shutdown_at_exit() -> None:
 def flush_telemetry(timeout_ms: int | None = None) -> bool:
     """Write what this process recorded so far to the store (and collector); see :meth:`Telemetry.flush`.
 
-    True when everything was written within ``timeout_ms``; True (nothing to do) when
-    telemetry is not set up in this process.
+    True when everything was handed over within ``timeout_ms`` (a batch the collector refused
+    is counted as dropped, not reported here); True (nothing to do) when telemetry is not set
+    up in this process.
     """
     telemetry = _ACTIVE
     return True if telemetry is None else telemetry.flush(timeout_ms)

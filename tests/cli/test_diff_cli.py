@@ -83,6 +83,13 @@ class TestGate:
     def test_a_negative_threshold_is_a_usage_error(self, runs, capsys):
         assert main(["diff", str(runs[0]), str(runs[1]), "--fail-if-slower", "-5"]) == EXIT_USAGE
 
+    @pytest.mark.parametrize("pct", ["nan", "inf"])
+    def test_a_threshold_no_change_can_pass_is_a_usage_error(self, runs, capsys, pct):
+        """NaN compares false with every change, so the gate could never fail: a CI job that
+        got `nan` from an unset variable would pass every regression."""
+        assert main(["diff", str(runs[0]), str(runs[1]), "--fail-if-slower", pct]) == EXIT_USAGE
+        assert "--fail-if-slower" in capsys.readouterr().err
+
 
 class TestOutput:
     def test_the_terminal_diff_heads_with_both_runs_and_the_step_change(self, runs, capsys):

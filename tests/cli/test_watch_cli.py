@@ -80,9 +80,16 @@ def test_a_missing_run_folder_is_a_usage_error(tmp_path: Path, capsys) -> None:
     assert "no run folder" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flag", ["--min-age=-1", "--k=0", "--interval=0"])
-def test_bad_numbers_are_usage_errors(run_dir: Path, flag: str) -> None:
+@pytest.mark.parametrize("flag", ["--min-age=-1", "--k=0", "--interval=0", "--k=nan", "--interval=inf"])
+def test_bad_numbers_are_usage_errors(run_dir: Path, flag: str, capsys) -> None:
     assert main(["watch", str(run_dir), "--once", flag]) == EXIT_USAGE
+    assert flag.split("=")[0] in capsys.readouterr().err  # the flag at fault, not the folder
+
+
+def test_a_bad_k_is_named_as_a_multiple_of_the_median_not_seconds(run_dir: Path, capsys) -> None:
+    assert main(["watch", str(run_dir), "--once", "--k", "nan"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "--k" in err and "seconds" not in err and "median" in err
 
 
 def test_docs_live_md_describes_every_field_of_the_json_documents(run_dir: Path, capsys) -> None:

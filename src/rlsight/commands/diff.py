@@ -11,6 +11,7 @@ unreadable, holding no spans, or (with ``--fail-if-slower``) without steps to co
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,6 +35,9 @@ def _percentage(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number; pass a percentage like 10") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value} is negative; pass how many percent slower B may be")
+    if not value < math.inf:  # NaN or infinity: no change could ever fail the gate
+        raise argparse.ArgumentTypeError(f"{value} is not a finite number; pass how many percent "
+                                         "slower B may be, like 10")
     return value
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import shutil
 import socket
@@ -49,10 +50,21 @@ def _non_negative(text: str) -> float:
     return value
 
 
-def _positive(text: str) -> float:
+def _interval(text: str) -> float:
     value = _non_negative(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("must be > 0")
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"{value} must be a number of seconds > 0")
+    return value
+
+
+def _multiple(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of median durations") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{value} must be > 0 (a multiple of the span name's median "
+                                         "duration)")
     return value
 
 
@@ -67,11 +79,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--once", action="store_true", help="print one screen and exit")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON document and exit (schema in docs/live.md)")
-    parser.add_argument("--interval", metavar="SECONDS", type=_positive, default=2.0,
+    parser.add_argument("--interval", metavar="SECONDS", type=_interval, default=2.0,
                         help="seconds between refreshes (default 2)")
     parser.add_argument("--min-age", metavar="SECONDS", type=_non_negative, default=DEFAULT_MIN_AGE_S,
                         help=f"never call a span stalled before this age (default {DEFAULT_MIN_AGE_S:g})")
-    parser.add_argument("--k", metavar="K", type=_positive, default=DEFAULT_STALL_K,
+    parser.add_argument("--k", metavar="K", type=_multiple, default=DEFAULT_STALL_K,
                         help="stalled beyond K times the span name's median duration "
                              f"(default {DEFAULT_STALL_K:g})")
     parser.add_argument("--stacks", action="store_true",

@@ -76,6 +76,7 @@ _SLOW = (
     "check/test_check_command.py::test_installed_cli_runs_check_as_a_subprocess",
     "cli/test_report_cli.py::TestReport::test_the_installed_command_runs_without_a_progress_bar_in_a_pipe",
     "cli/test_report_cli.py::TestReport::test_python_dash_m_rlsight_runs_the_command",
+    "cli/test_watch_cli.py::test_a_run_resumed_after_its_driver_was_killed_reads_finished_once_the_new_driver_ends",
 )
 _TESTS = Path(__file__).parent
 

@@ -353,3 +353,42 @@ def test_time_to_go_counts_steps_left_by_number_so_a_resumed_run_is_not_overesti
     assert "10 step(s) done, in step 160 of 200 (about 0m41s to go)" in head  # 160 itself too
     ended = dataclasses.replace(snap, job_ended_unix_ns=snap.now_unix_ns - 12 * 10**9, last_step=200)
     assert "finished 0m12s ago: 10 step(s) done, last step 200 of 200" in _screen_text(ended)
+
+
+_KILLED_DRIVER = """
+import os, signal, sys, time
+from rlsight import RL, TelemetryConfig, job_span, setup_telemetry, span, step_span
+with setup_telemetry(TelemetryConfig(run_dir=sys.argv[1], run_id="resumed")), job_span(total_steps=4):
+    for step in (1, 2, 3):
+        with step_span(step), span(RL.TRAINING, "rl.train.policy"):
+            if step == 3:
+                time.sleep(0.5)  # the start records are written every 50 ms
+                os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_run_resumed_after_its_driver_was_killed_reads_finished_once_the_new_driver_ends(
+        run_dir: Path, capsys) -> None:
+    """A driver SIGKILLed in step 3, then resumed from step 2 by a new process that finished
+    the job, read 'in step 4 of 4 (about 0.00s to go)' forever: the dead driver's rl.job
+    never ends, though its process was replaced and the replacement's job ended."""
+    import subprocess
+    import sys
+
+    from rlsight import job_span
+
+    killed = subprocess.run([sys.executable, "-c", _KILLED_DRIVER, str(run_dir)], timeout=120)
+    assert killed.returncode == -9
+    with capture_telemetry(run_dir=run_dir, run_id="resumed"), job_span(total_steps=4):
+        for n in (2, 3, 4):
+            with step_span(n):
+                pass
+    assert main(["watch", str(run_dir), "--json"]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    dead = [p for p in doc["processes"] if not p["clean_shutdown"]]
+    assert len(dead) == 1 and dead[0]["replaced_by_pid"] is not None
+    assert any(o["name"] == "rl.job" for o in dead[0]["open"])
+    assert doc["job_ended_unix_ns"] is not None
+    assert main(["watch", str(run_dir), "--once"]) == EXIT_OK
+    head = capsys.readouterr().out.splitlines()[0]
+    assert "finished" in head and "to go" not in head

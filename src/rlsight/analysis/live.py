@@ -395,7 +395,9 @@ def watch_snapshot(
                    *((int(cols.start[i]), total) for i in np.flatnonzero(job_mask)
                      if isinstance(total := cols.kept_attributes.get(int(i), {}).get(TOTAL_STEPS), int)
                      and not isinstance(total, bool))])
-    job_open = any(o.name == JOB_SPAN for p in states for o in p.open)
+    # A replaced process (a driver killed, then resumed by a new one) never ends its job: the
+    # run is over when every job still open belongs to one.
+    job_open = any(o.name == JOB_SPAN for p in states if p.replaced_by_pid is None for o in p.open)
     goodput = None
     if len(cols):
         try:

@@ -67,6 +67,25 @@ class TestReport:
         assert main(["report", str(tmp_path / "empty")]) == EXIT_INPUT
         assert "no spans in" in capsys.readouterr().err
 
+    def test_a_run_whose_spans_all_are_still_open_says_so_and_points_at_watch(self, tmp_path, capsys):
+        """A driver hung (or killed) in startup has start records and no ended span: the error
+        asked whether the run enabled telemetry, which it had."""
+        import time
+
+        from rlsight import TelemetryConfig, job_span, setup_span, setup_telemetry, startup_span
+        from rlsight.store._live import read_live
+
+        run = tmp_path / "hung"
+        with setup_telemetry(TelemetryConfig(run_dir=str(run))), job_span(), startup_span():
+            with setup_span("workers"):
+                deadline = time.monotonic() + 30
+                while len(read_live(run).starts) < 3 and time.monotonic() < deadline:
+                    time.sleep(0.02)  # the start records are written every 50 ms
+                assert main(["report", str(run)]) == EXIT_INPUT
+        err = capsys.readouterr().err
+        assert "3 span(s) started and none ended" in err and "rl.setup.workers" in err
+        assert f"rlsight watch {run}" in err and "enable telemetry" not in err
+
     def test_a_saved_report_is_named_as_one_not_read_as_collector_files(self, run_dir, tmp_path, capsys):
         assert main(["report", str(run_dir), "--json"]) == EXIT_OK
         saved = tmp_path / "saved.json"

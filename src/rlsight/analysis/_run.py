@@ -240,13 +240,20 @@ def analyze_run(
         ValueError: ``k`` is not positive.
     """
     cols, skipped, files = read_span_columns(run_dir, progress=progress)
+    live = read_live(run_dir)
     if len(cols) == 0:
+        if live.starts:  # hung or killed before its first span ended (a startup that never ends)
+            last = max(live.starts, key=lambda s: s.start_ns)
+            raise StoreError(
+                f"no span of {run_dir} has ended: {len(live.starts)} span(s) started and none "
+                f"ended, the latest {last.name} (the run was killed, or still runs, before its "
+                f"first span ended); `rlsight watch {run_dir}` shows where each process is"
+            )
         raise StoreError(
             f"no spans in {Path(run_dir) / 'traces'} ({files} file(s), {len(skipped)} skipped "
             "record(s)); is this a run folder, and did the run enable telemetry?"
         )
     metrics = read_metrics(run_dir)
-    live = read_live(run_dir)
     manifest, unreadable = _manifest(Path(run_dir))
     report = analyze_columns(
         cols, skipped=[*unreadable, *skipped, *metrics.skipped, *live.skipped], files=files,

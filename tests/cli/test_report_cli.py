@@ -82,9 +82,10 @@ class TestReport:
                 while len(read_live(run).starts) < 3 and time.monotonic() < deadline:
                     time.sleep(0.02)  # the start records are written every 50 ms
                 assert main(["report", str(run)]) == EXIT_INPUT
-        err = capsys.readouterr().err
-        assert "3 span(s) started and none ended" in err and "rl.setup.workers" in err
-        assert f"rlsight watch {run}" in err and "enable telemetry" not in err
+                assert main(["timeline", str(run), "-o", str(tmp_path / "t.json")]) == EXIT_INPUT
+        for err in capsys.readouterr().err.splitlines():
+            assert "3 span(s) started and none ended" in err and "rl.setup.workers" in err
+            assert f"rlsight watch {run}" in err and "enable telemetry" not in err
 
     def test_a_saved_report_is_named_as_one_not_read_as_collector_files(self, run_dir, tmp_path, capsys):
         assert main(["report", str(run_dir), "--json"]) == EXIT_OK

@@ -27,7 +27,7 @@ from rlsight.analysis.goodput import (
     step_summary,
 )
 from rlsight.analysis.hotspots import top_spans
-from rlsight.analysis.live import post_mortem
+from rlsight.analysis.live import nothing_ended, post_mortem
 from rlsight.analysis.model import RunReport, RunSummary, StepRollup
 from rlsight.analysis.span_steps import span_steps
 from rlsight.analysis.startup import startup
@@ -242,17 +242,10 @@ def analyze_run(
     cols, skipped, files = read_span_columns(run_dir, progress=progress)
     live = read_live(run_dir)
     if len(cols) == 0:
-        if live.starts:  # hung or killed before its first span ended (a startup that never ends)
-            last = max(live.starts, key=lambda s: s.start_ns)
-            raise StoreError(
-                f"no span of {run_dir} has ended: {len(live.starts)} span(s) started and none "
-                f"ended, the latest {last.name} (the run was killed, or still runs, before its "
-                f"first span ended); `rlsight watch {run_dir}` shows where each process is"
-            )
-        raise StoreError(
+        raise StoreError(nothing_ended(run_dir, live) or (
             f"no spans in {Path(run_dir) / 'traces'} ({files} file(s), {len(skipped)} skipped "
             "record(s)); is this a run folder, and did the run enable telemetry?"
-        )
+        ))
     metrics = read_metrics(run_dir)
     manifest, unreadable = _manifest(Path(run_dir))
     report = analyze_columns(

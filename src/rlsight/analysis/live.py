@@ -51,6 +51,7 @@ __all__ = [
     "DEFAULT_STALL_K",
     "ErrorSpan",
     "WatchSnapshot",
+    "nothing_ended",
     "post_mortem",
     "process_states",
     "watch_snapshot",
@@ -245,6 +246,19 @@ def _store_end(cols: SpanColumns, live: LiveReadResult) -> int:
     times += [s.start_ns for s in live.starts]
     times += [max(p.opened_ns, p.alive_ns or 0, p.shutdown_ns or 0) for p in live.processes.values()]
     return max(times, default=0)
+
+
+def nothing_ended(run_dir: Path | str, live: LiveReadResult | None = None) -> str | None:
+    """Why a run folder with no ended span has none, when its start records tell: a run hung or
+    killed before its first span ended (a startup that never ends). ``None`` when it has no
+    start record either (not a run, or telemetry was off), for the caller's own message."""
+    starts = (read_live(run_dir) if live is None else live).starts
+    if not starts:
+        return None
+    last = max(starts, key=lambda s: s.start_ns)
+    return (f"no span of {run_dir} has ended: {len(starts)} span(s) started and none ended, the "
+            f"latest {last.name} (the run was killed, or still runs, before its first span "
+            f"ended); `rlsight watch {run_dir}` shows where each process is")
 
 
 def post_mortem(

@@ -101,7 +101,11 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     skipped = [*source.skipped, *window.skipped]
     if not window.total:
-        print(f"rlsight timeline: no spans in {args.run_dir / 'traces'}; is this a run folder, "
+        from rlsight.analysis.live import nothing_ended
+
+        why = nothing_ended(args.run_dir) if args.run_dir.is_dir() else None
+        print(f"rlsight timeline: {why}" if why else
+              f"rlsight timeline: no spans in {args.run_dir / 'traces'}; is this a run folder, "
               "and did the run enable telemetry?", file=sys.stderr)
         return EXIT_INPUT
     if window.cut_at_ns is not None:

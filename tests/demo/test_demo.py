@@ -271,6 +271,19 @@ def test_a_span_group_spec_naming_nothing_is_a_usage_error_before_the_run(
     assert "did you mean 'per_step'?" in err
 
 
+def test_a_decode_rate_that_is_not_positive_names_the_flag(
+        demo_module: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--decode-tps 100,0` printed the internal Costs(...) repr instead of the flag at fault."""
+    from rlsight.demo.run import main as demo_main
+
+    for rates in ("100,0", "nan", "-5"):
+        with pytest.raises(SystemExit) as exited:
+            demo_main(["--decode-tps", rates, "--steps", "1"])
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert f"--decode-tps {rates!r}" in err and "Costs(" not in err
+
+
 # Sync and async -----------------------------------------------------------------------------
 
 

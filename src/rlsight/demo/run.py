@@ -337,6 +337,8 @@ def _decode_rates(text: str | None) -> tuple[float, ...]:
         rates = tuple(float(v) for v in text.split(","))
     except ValueError:
         raise ValueError(f"--decode-tps {text!r}: expected tokens/s, one number or one per worker") from None
+    if not all(0 < r < float("inf") for r in rates):
+        raise ValueError(f"--decode-tps {text!r}: every rate must be a number of tokens/s > 0")
     return rates
 
 

@@ -91,6 +91,10 @@ def test_the_manifest_holds_no_secret_from_argv_or_config(tmp_path: Path) -> Non
     ("GITHUB_TOKEN=ghp_x", "GITHUB_TOKEN=<redacted>"),
     ("curl -H 'Authorization: Bearer abc'", "curl -H 'Authorization: <redacted>'"),
     ("plain message with 3 tokens", "plain message with 3 tokens"),
+    # a dict in an exception message, as JSON or as Python's repr: the key is quoted
+    ('config {"api_key": "XYZ123", "n": 2}', 'config {"api_key": <redacted>, "n": 2}'),
+    ("bad request {'hf_token': 'abc', 'model': 'm'}", "bad request {'hf_token': <redacted>, 'model': 'm'}"),
+    ('{"password":"pw"}', '{"password":<redacted>}'),
 ])
 def test_scrub(text: str, expected: str) -> None:
     assert scrub(text) == expected

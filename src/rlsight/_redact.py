@@ -33,8 +33,9 @@ _GENAI_CONTENT: Final = frozenset({
 })
 _GENAI_PREFIXES: Final = ("gen_ai.prompt.", "gen_ai.completion.")
 _SECRET_WORD: Final = r"(?:api[_-]?key|apikey|[a-z0-9]*[_-]?token|secret|password|passwd|authorization)"
+#: The key may end in a quote: a dict in a message, as JSON or Python's repr (``"api_key": "x"``).
 _KEY_VALUE: Final = re.compile(
-    rf"(?i)(?P<key>[\w.-]*{_SECRET_WORD})(?P<sep>\s*[=:]\s*|=)(?P<value>\"[^\"]*\"|'[^']*'|[^\s,;&'\"]+)")
+    rf"(?i)(?P<key>[\w.-]*{_SECRET_WORD}[\"']?)(?P<sep>\s*[=:]\s*|=)(?P<value>\"[^\"]*\"|'[^']*'|[^\s,;&'\"]+)")
 _CREDENTIALS: Final = re.compile(
     r"(?i)\bbearer\s+[\w.~+/=-]+"  # an Authorization header value
     r"|\b(?:sk|hf|ghp|gho|github_pat|xox[abp]|glpat)[-_][A-Za-z0-9_-]{16,}"  # vendor token shapes

@@ -704,6 +704,14 @@ class TestNamedHelpers:
             pass
         assert sorted(_attrs(s)["rl.step"] for s in capture.spans() if s.name == "rl.step") == [5, 6]
 
+    @pytest.mark.parametrize("enabled", [True, False], ids=["telemetry_on", "telemetry_off"])
+    def test_a_fractional_step_is_refused_not_truncated(self, enabled: bool) -> None:
+        """Steps 1, 1.5, 2, 2.5 were recorded as 1, 1, 2, 2: the report read two restarts and
+        counted half the run as wasted."""
+        context = capture_telemetry() if enabled else contextlib.nullcontext()
+        with context, pytest.raises(TypeError, match=r"step_span\(step\): .*2\.5.* truncate it to 2"):
+            step_span(2.5)  # type: ignore[arg-type]
+
     def test_job_and_startup_spans_are_umbrellas(self, capture: Capture) -> None:
         with job_span(), startup_span():
             pass

@@ -272,12 +272,23 @@ def _step_number(step: Any) -> int:
     if type(step) is int:
         return step
     try:
-        return int(step)
+        number = int(step)
     except (TypeError, ValueError):
         raise TypeError(
             f"step_span(step): step must be the training step number, an int; got {step!r}. "
             "Pass the loop's step counter, e.g. `with step_span(global_step):`"
         ) from None
+    try:
+        whole = isinstance(step, str) or bool(number == step)
+    except Exception:  # a comparison that fails says nothing against the number
+        whole = True
+    if not whole:  # truncated, two steps would share a number: the report reads a restart
+        raise TypeError(
+            f"step_span(step): step must be a whole training step number; got {step!r}, and "
+            f"int() would truncate it to {number} (a repeated step number reads as a restart). "
+            "Pass the loop's step counter, e.g. `with step_span(global_step):`"
+        )
+    return number
 
 
 def step_span(step: int, /, **attributes: Any) -> SpanContextManager:
@@ -287,8 +298,8 @@ def step_span(step: int, /, **attributes: Any) -> SpanContextManager:
     (``rl_step``), even when the ``step`` group is off.
 
     Raises:
-        TypeError: ``step`` is not an int or something ``int()`` turns into one (``None``,
-            ``"first"``), with telemetry on or off.
+        TypeError: ``step`` is not an int or something ``int()`` turns into one without
+            dropping a fraction (``None``, ``"first"``, ``2.5``), with telemetry on or off.
     """
     number = _step_number(step)
     rt = _runtime._ACTIVE

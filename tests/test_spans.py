@@ -712,6 +712,21 @@ class TestNamedHelpers:
         with context, pytest.raises(TypeError, match=r"step_span\(step\): .*2\.5.* truncate it to 2"):
             step_span(2.5)  # type: ignore[arg-type]
 
+    @pytest.mark.parametrize(("given", "recorded"), [(200, 200), ("200", 200), (200.0, 200)])
+    def test_total_steps_is_recorded_as_an_int(self, capture: Capture, given: object, recorded: int) -> None:
+        """A total read from a YAML or a command line as "200" was recorded as a string, which
+        `rlsight watch` ignored: no 'step 42 of 200', no time to go."""
+        with job_span(total_steps=given):
+            pass
+        assert _attrs(_one(capture, "rl.job"))["rl.total_steps"] == recorded
+
+    @pytest.mark.parametrize("given", [-5, 0, 2.5, "many", True])
+    def test_a_total_steps_that_is_no_step_count_is_left_out_with_a_warning(
+            self, capture: Capture, given: object) -> None:
+        with pytest.warns(RlsightWarning, match="total_steps"), job_span(total_steps=given):
+            pass
+        assert "rl.total_steps" not in _attrs(_one(capture, "rl.job"))
+
     def test_job_and_startup_spans_are_umbrellas(self, capture: Capture) -> None:
         with job_span(), startup_span():
             pass

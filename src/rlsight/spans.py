@@ -213,7 +213,29 @@ def job_span(**attributes: Any) -> SpanContextManager:
     """
     if RL.JOB not in GATE.enabled:
         return NOOP
+    total = attributes.get("total_steps")
+    if total is not None and not (type(total) is int and total >= 1):
+        attributes["total_steps"] = _total_steps(total)
     return _JobSpan(RL.JOB, JOB_SPAN, attributes, umbrella=True)
+
+
+def _total_steps(total: object) -> int | None:
+    """``total_steps`` as a positive int (``"200"`` from a YAML or a command line included),
+    or ``None`` after one warning: only watch's progress line reads it, so it never fails a run."""
+    number = None
+    if not isinstance(total, bool):
+        try:
+            number = int(total)  # type: ignore[call-overload]
+            if not (number >= 1 and (isinstance(total, str) or number == total)):
+                number = None
+        except (TypeError, ValueError, OverflowError):
+            number = None
+    if number is None:
+        warn_once(f"job-total-steps:{total!r}",
+                  f"rlsight: job_span(total_steps={total!r}) is not a number of steps (a whole "
+                  "number >= 1); it is left out, so `rlsight watch` shows no planned length",
+                  stacklevel=3)
+    return number
 
 
 class _JobSpan(LiveSpan):

@@ -203,6 +203,33 @@ class TestValidation:
         with pytest.raises(ConfigError, match=var):
             TelemetryConfig.from_env({var: raw})
 
+    @pytest.mark.parametrize(
+        ("var", "raw", "field"),
+        [
+            ("RLSIGHT_STALL_AFTER_S", "0", "stall_after_s"),
+            ("RLSIGHT_SHUTDOWN_TIMEOUT_MS", "-5", "shutdown_timeout_ms"),
+            ("RLSIGHT_SHUTDOWN_TIMEOUT_MS", str(MAX_SHUTDOWN_TIMEOUT_MS + 1), "shutdown_timeout_ms"),
+            ("RLSIGHT_PROMETHEUS_PORT", "70000", "prometheus_port"),
+            ("RLSIGHT_STORE_TRANSPORT", "carrier-pigeon", "store_transport"),
+            ("RLSIGHT_RUN_ID", "a/b", "run_id"),
+            ("RLSIGHT_OTLP_ENDPOINT", "localhost:4318", "otlp_endpoint"),
+            ("RLSIGHT_RESOURCE_ATTRIBUTES", '{"x": {"y": 1}}', "resource_attributes"),
+            ("OTEL_SERVICE_NAME", " ", None),  # blank: ignored, not an error
+        ],
+    )
+    def test_a_parsable_but_wrong_env_value_names_the_variable_and_the_field(
+        self, var: str, raw: str, field: str | None,
+    ) -> None:
+        """The user set the variable, not the field: the error must point where to fix it."""
+        if field is None:
+            assert TelemetryConfig.from_env({var: raw}).service_name == "rlsight"
+            return
+        for build in (lambda: TelemetryConfig.from_env({var: raw}),
+                      lambda: TelemetryConfig().with_env_fallbacks({var: raw})):
+            with pytest.raises(ConfigError) as info:
+                build()
+            assert str(info.value).startswith(f"{var}={raw!r} (TelemetryConfig.{field}"), info.value
+
     @pytest.mark.parametrize(("raw", "expected"), [("1", True), ("on", True), ("No", False), ("", False)])
     def test_env_bools_accept_the_usual_spellings(self, raw: str, expected: bool) -> None:
         assert TelemetryConfig.from_env({"RLSIGHT_LOCAL_STORE": raw}).local_store is expected

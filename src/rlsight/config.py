@@ -253,20 +253,6 @@ class TelemetryConfig:
                 object.__setattr__(self, s.name, checked)
         if self.run_id is None:
             object.__setattr__(self, "run_id", _default_run_id())
-        else:
-            problem = run_id_problem(self.run_id)
-            if problem is not None:
-                raise ConfigError(f"TelemetryConfig.run_id={self.run_id!r}: {problem}")
-        for name in ("otlp_endpoint", "otlp_traces_endpoint", "otlp_metrics_endpoint"):
-            endpoint = getattr(self, name)
-            problem = None if endpoint is None else endpoint_problem(endpoint)
-            if problem is not None:
-                raise ConfigError(f"TelemetryConfig.{name}={endpoint!r}: {problem}")
-        if self.shutdown_timeout_ms > MAX_SHUTDOWN_TIMEOUT_MS:
-            raise ConfigError(
-                f"TelemetryConfig.shutdown_timeout_ms={self.shutdown_timeout_ms}: at most "
-                f"{MAX_SHUTDOWN_TIMEOUT_MS} (one hour); it bounds how long shutdown may wait"
-            )
         run_dir = self.run_dir or os.path.join("rlsight-runs", str(self.run_id))
         object.__setattr__(self, "run_dir", str(Path(run_dir).expanduser().absolute()))
         object.__setattr__(self, "_given", frozenset(given))
@@ -402,7 +388,7 @@ def _from_variables(env: Mapping[str, str], *, skip: frozenset[str]) -> dict[str
             continue
         raw = env.get(s.env)
         if raw is not None:
-            out[s.name] = _decode(s, raw, s.env)
+            out[s.name] = _from_variable(s, raw, s.env)
     ours = skip | set(out)
     for s in SETTINGS:
         if s.name in ours or (s.generic is not None and s.generic in ours):
@@ -410,86 +396,115 @@ def _from_variables(env: Mapping[str, str], *, skip: frozenset[str]) -> dict[str
         for var in s.otel_env:
             raw = env.get(var)
             if raw and raw.strip():
-                out[s.name] = _decode(s, raw.strip(), var)
+                out[s.name] = _from_variable(s, raw.strip(), var)
                 break
     return out
 
 
-def _fail(s: Setting, value: object, accepted: str) -> ConfigError:
-    return ConfigError(f"TelemetryConfig.{s.name}={value!r}: expected {accepted}")
+def _from_variable(s: Setting, raw: str, var: str) -> Any:
+    """The value of field ``s`` that the variable ``var`` sets: an error names the variable
+    (where the user set it), not only the field it fills."""
+    return _check(s, _decode(s, raw, var), f"{var}={raw!r}")
 
 
-def _check_attr_value(s: Setting, key: str, value: object) -> None:
+def _where(s: Setting, value: object, source: str | None, key: str | None = None) -> str:
+    """The field (an attribute of it: ``key``) and value an error is about, and the variable
+    that set it (``source``), if one did."""
+    shown = f"TelemetryConfig.{s.name}{'' if key is None else f'[{key!r}]'}={value!r}"
+    return shown if source is None else f"{source} ({shown})"
+
+
+def _fail(s: Setting, value: object, source: str | None, accepted: str) -> ConfigError:
+    return ConfigError(f"{_where(s, value, source)}: expected {accepted}")
+
+
+def _problem(s: Setting, value: Any) -> str | None:
+    """What is wrong with a value of the right type for ``s``, beyond its type, if anything."""
+    if value is None:
+        return None
+    if s.name == "run_id":
+        return run_id_problem(value)
+    if s.kind == "optional_str" and s.name.endswith("endpoint"):
+        return endpoint_problem(value)
+    if s.name == "shutdown_timeout_ms" and value > MAX_SHUTDOWN_TIMEOUT_MS:
+        return f"at most {MAX_SHUTDOWN_TIMEOUT_MS} (one hour); it bounds how long shutdown may wait"
+    return None
+
+
+def _check_attr_value(s: Setting, key: str, value: object, source: str | None) -> None:
     scalars = (str, bool, int, float)
     items = value if isinstance(value, Sequence) and not isinstance(value, (str, bytes)) else (value,)
     if all(isinstance(v, scalars) for v in items):
         # The env projection is JSON, which has no NaN or infinity: refuse them here, at
         # construction, rather than in to_env() while the run launches its workers.
         if any(isinstance(v, float) and not math.isfinite(v) for v in items):
-            raise ConfigError(
-                f"TelemetryConfig.{s.name}[{key!r}]={value!r}: attribute values must be finite"
-            )
+            raise ConfigError(f"{_where(s, value, source, key)}: attribute values must be finite")
         return
     raise ConfigError(
-        f"TelemetryConfig.{s.name}[{key!r}]={value!r}: attribute values must be str, bool, "
-        "int, float or a list of those"
+        f"{_where(s, value, source, key)}: attribute values must be str, bool, int, float or "
+        "a list of those"
     )
 
 
-def _check(s: Setting, value: Any) -> Any:
+def _check(s: Setting, value: Any, source: str | None = None) -> Any:
+    """``value`` as the field ``s`` keeps it, else a ``ConfigError`` naming the field, the
+    value and what it takes, and the variable that set it (``source``: ``VAR='raw'``)."""
     kind = s.kind
     if kind == "bool":
         if not isinstance(value, bool):
-            raise _fail(s, value, "a bool (true/false)")
+            raise _fail(s, value, source, "a bool (true/false)")
     elif kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
-            raise _fail(s, value, "an int")
+            raise _fail(s, value, source, "an int")
         if value <= 0:
-            raise _fail(s, value, "a positive int")
+            raise _fail(s, value, source, "a positive int")
     elif kind == "str":
         if not isinstance(value, str) or not value:
-            raise _fail(s, value, "a non-empty str")
+            raise _fail(s, value, source, "a non-empty str")
     elif kind == "optional_float":
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise _fail(s, value, "a number or None")
+            raise _fail(s, value, source, "a number or None")
         if not math.isfinite(value) or value <= 0:
-            raise _fail(s, value, "a positive, finite number or None")
+            raise _fail(s, value, source, "a positive, finite number or None")
         value = float(value)
     elif kind == "optional_str":
         if value is not None and not isinstance(value, str):
-            raise _fail(s, value, "a str or None")
+            raise _fail(s, value, source, "a str or None")
     elif kind == "port":
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                   or not 0 <= value <= 65535):
-            raise _fail(s, value, "a port number 0-65535 (0 picks a free port) or None")
+            raise _fail(s, value, source, "a port number 0-65535 (0 picks a free port) or None")
     elif kind == "protocol" or kind == "optional_protocol":
         if value not in _PROTOCOLS and not (kind == "optional_protocol" and value is None):
-            raise _fail(s, value, " or ".join(repr(p) for p in _PROTOCOLS))
+            raise _fail(s, value, source, " or ".join(repr(p) for p in _PROTOCOLS))
     elif kind == "transport":
         if value not in _TRANSPORTS:
-            raise _fail(s, value, " or ".join(repr(t) for t in _TRANSPORTS))
+            raise _fail(s, value, source, " or ".join(repr(t) for t in _TRANSPORTS))
     elif kind == "groups":
         if isinstance(value, str):
             value = tuple(v.strip() for v in value.split(",") if v.strip())
         if not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
-            raise _fail(s, value, "a list of span group, preset or namespace names")
+            raise _fail(s, value, source, "a list of span group, preset or namespace names")
         # The env projection joins names with commas: a name that is blank or holds a comma
         # would come back as a different spec in every worker.
         if any(not v.strip() or "," in v for v in value):
-            raise _fail(s, value, "non-empty span group, preset or namespace names without ','")
+            raise _fail(s, value, source, "non-empty span group, preset or namespace names without ','")
         value = tuple(v.strip() for v in value)
     elif kind == "attributes":
         if not isinstance(value, Mapping):
-            raise _fail(s, value, "a mapping of attribute name to value")
+            raise _fail(s, value, source, "a mapping of attribute name to value")
         for key, item in value.items():
             if not isinstance(key, str):
-                raise _fail(s, value, "str attribute names")
-            _check_attr_value(s, key, item)
+                raise _fail(s, value, source, "str attribute names")
+            _check_attr_value(s, key, item, source)
         # A private copy with tuples for sequences: the env round trip then compares equal.
         value = {k: v if isinstance(v, (str, bool, int, float)) else tuple(v)
                  for k, v in value.items()}
+    problem = _problem(s, value)
+    if problem is not None:
+        raise ConfigError(f"{_where(s, value, source)}: {problem}")
     return value
 
 

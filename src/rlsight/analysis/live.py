@@ -174,6 +174,7 @@ def process_states(
 
     per_process: dict[str, list[OpenSpan]] = {}
     leaves: dict[str, list[OpenSpan]] = {}
+    items: dict[str, OpenSpan] = {}
     for s in sorted(open_starts, key=lambda s: s.start_ns):
         chain: list[str] = []
         chain_ranks: list[str] = []
@@ -196,8 +197,27 @@ def process_states(
             stalled=is_leaf and s.name != JOB_SPAN and age > threshold and s.process not in replaced,
         )
         per_process.setdefault(s.process, []).append(item)
+        items[s.span_id] = item
         if is_leaf:
             leaves.setdefault(s.process, []).append(item)
+    # A span no peer has finished waits k floors, but not when a stalled span waits on it
+    # (an ancestor in another process): the stall is there, at the end of the waiting chain (a
+    # first collective that never returns read 'running' under its stalled callers for 25 min).
+    for process, spans in leaves.items():
+        if process in replaced:
+            continue
+        for i, o in enumerate(spans):
+            if o.stalled or o.median_ns is not None or o.age_ns <= floor_ns:
+                continue
+            ancestor = items.get(o.parent_span_id or "")
+            seen = {o.span_id}
+            while ancestor is not None and ancestor.span_id not in seen and not ancestor.stalled:
+                seen.add(ancestor.span_id)
+                ancestor = items.get(ancestor.parent_span_id or "")
+            if ancestor is not None and ancestor.stalled:
+                spans[i] = items[o.span_id] = dataclasses.replace(o, stalled=True, threshold_ns=floor_ns)
+                opened = per_process[process]
+                opened[opened.index(o)] = spans[i]
     # Open spans started from a span of another process (a dispatched actor call).
     remote_children: dict[str, set[str]] = {}
     for s in open_starts:

@@ -346,3 +346,43 @@ def test_time_to_go_counts_steps_left_by_number_so_a_resumed_run_is_not_overesti
     assert "10 step(s) done, in step 160 of 200 (about 0m41s to go)" in head  # 160 itself too
     ended = dataclasses.replace(snap, job_ended_unix_ns=snap.now_unix_ns - 12 * 10**9, last_step=200)
     assert "finished 0m12s ago: 10 step(s) done, last step 200 of 200" in _screen_text(ended)
+
+
+def test_a_driver_that_raised_out_of_its_job_failed_in_watch_and_report(run_dir: Path, capsys) -> None:
+    """Drill: a trainer bug raised in step 5 of 8; watch read 'finished 0m07s ago' and the
+    report 'steps 5  goodput 99.9%' with no word of the exception."""
+    from rlsight import job_span
+
+    with pytest.raises(RuntimeError), capture_telemetry(run_dir=run_dir, run_id="crashed"), \
+            job_span(total_steps=8):
+        for n in (1, 2, 3):
+            with step_span(n), span(RL.TRAINING, "rl.train.policy"):
+                if n == 3:
+                    raise RuntimeError("trainer bug: loss is NaN")
+    assert main(["watch", str(run_dir), "--json"]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["job_failed"] is True and doc["last_error"]["name"] == "rl.job"
+    assert main(["watch", str(run_dir), "--once"]) == EXIT_OK
+    head = capsys.readouterr().out.splitlines()[0]
+    assert "failed" in head and "finished" not in head
+    assert main(["report", str(run_dir)]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "; failed in step 3: RuntimeError: trainer bug: loss is NaN (see errors)" in out.splitlines()[0]
+    assert re.search(r"^errors +3 span\(s\) ended in error; last: rl\.job on driver/0, .*: RuntimeError: "
+                     r"trainer bug: loss is NaN$", out, re.M)
+    assert main(["report", str(run_dir), "--json"]) == EXIT_OK
+    pm = json.loads(capsys.readouterr().out)["postmortem"]
+    assert pm["errors"] == 3 and pm["failed_step"] == 3
+    assert pm["job_error"]["message"] == "RuntimeError: trainer bug: loss is NaN"
+
+
+def test_a_run_that_ended_cleanly_says_finished_and_has_no_errors_line(run_dir: Path, capsys) -> None:
+    from rlsight import job_span
+
+    with capture_telemetry(run_dir=run_dir, run_id="fine"), job_span(total_steps=1), step_span(1):
+        pass
+    assert main(["report", str(run_dir)]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "failed" not in out and "\nerrors " not in out
+    assert main(["watch", str(run_dir), "--json"]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out)["job_failed"] is False

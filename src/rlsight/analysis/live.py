@@ -31,8 +31,8 @@ from rlsight._host import pid_alive
 from rlsight._semconv import HOST_NAME, JOB_SPAN, PROCESS_PID, RANK, RUN_ID, STEP_SPAN, WORKER_GROUP
 from rlsight.analysis._read import read_span_columns
 from rlsight.analysis._sorting import lexsort
-from rlsight.analysis.columns import SpanColumns
-from rlsight.analysis.model import SCHEMA_VERSION, OpenSpan, PostMortem, ProcessState
+from rlsight.analysis.columns import NO_STEP, SpanColumns
+from rlsight.analysis.model import SCHEMA_VERSION, ErrorSpan, OpenSpan, PostMortem, ProcessState
 from rlsight.store._live import LiveProcess, LiveReadResult, StartRecord, read_live
 from rlsight.store._schema import STATUS_ERROR, AttributeValue
 from rlsight.watchdog import DEFAULT_MIN_AGE_S, DEFAULT_STALL_K
@@ -273,33 +273,51 @@ def post_mortem(
     # Only processes that wrote a live file can be judged for a clean shutdown.
     kept = [p for p in states if p.open or (p.process in live.processes and not p.clean_shutdown)]
     kept.sort(key=lambda p: (not p.open, p.worker_group, p.rank, p.process))
+    errors = cols.status == STATUS_ERROR
     return PostMortem(
         as_of_unix_ns=as_of,
         open_spans=sum(len(p.open) for p in states),
         processes=kept,
         unclean=sum(1 for p in live.processes.values() if p.shutdown_ns is None),
         stall_records=list(stall_records or []),
+        errors=int(errors.sum()),
+        last_error=_last_error(cols, errors),
+        job_error=_job_error(cols, errors),
+        failed_step=_failed_step(cols, errors),
     )
+
+
+def _name_mask(cols: SpanColumns, name: str) -> Any:
+    return cols.name == (cols.names.index(name) if name in cols.names else -1)
+
+
+def _job_error(cols: SpanColumns, errors: Any) -> ErrorSpan | None:
+    """The latest ``rl.job`` when it ended in error: the run failed (a driver that raised out of
+    its job read 'finished' in watch and nothing in the report but the steps it did)."""
+    jobs = _name_mask(cols, JOB_SPAN)
+    if not jobs.any():
+        return None
+    index = np.flatnonzero(jobs)
+    if not errors[int(index[np.argmax(cols.end[index])])]:
+        return None
+    return _last_error(cols, errors & jobs)
+
+
+def _failed_step(cols: SpanColumns, errors: Any) -> int | None:
+    failed = errors & _name_mask(cols, STEP_SPAN)
+    if not failed.any():
+        return None
+    index = np.flatnonzero(failed)
+    number = int(cols.step_no[int(index[np.argmax(cols.end[index])])])
+    return None if number == NO_STEP else number
 
 
 #: Finished steps the watch's rate is taken over: recent enough to follow a run that slows down.
 _RATE_STEPS = 10
 
 
-@dataclass(frozen=True, slots=True)
-class ErrorSpan:
-    """The latest span that ended with an error status: where the run last went wrong."""
-
-    name: str
-    process: str
-    worker_group: str
-    rank: int
-    end_unix_ns: int
-    message: str | None = None
-    """Its status message (the exception's type and text, scrubbed of secrets when written)."""
-
-
 def _last_error(cols: SpanColumns, errors: Any) -> ErrorSpan | None:
+    """The span of ``errors`` (a mask over ``cols``) that ended last, with its status message."""
     if not errors.any():
         return None
     index = np.flatnonzero(errors)
@@ -353,6 +371,8 @@ class WatchSnapshot:
     k: float
     min_age_s: float
     skipped: int
+    job_failed: bool = False
+    """The run is over and its last ``rl.job`` ended with an error status: it failed."""
 
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` document (schema in docs/live.md)."""
@@ -420,5 +440,6 @@ def watch_snapshot(
         goodput_pct=goodput, stalled=any(p.stalled for p in states),
         errors=int(errors.sum()), last_error=_last_error(cols, errors), processes=states,
         job_ended_unix_ns=int(cols.end[job_mask].max()) if job_mask.any() and not job_open else None,
+        job_failed=not job_open and _job_error(cols, errors) is not None,
         k=k, min_age_s=min_age_s, skipped=len(skipped) + len(live.skipped),
     )

@@ -111,11 +111,6 @@ def _with_stacks(snapshot: WatchSnapshot) -> WatchSnapshot:
     return dataclasses.replace(snapshot, processes=processes)
 
 
-def _first_line(message: str, limit: int = 160) -> str:
-    line = message.strip().splitlines()[0] if message.strip() else ""
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
 def _rank_label(p: ProcessState, s: WatchSnapshot | None = None) -> str:
     """``policy/1``; with its pid when Ray restarted the rank (two processes, one rank)."""
     label = f"{p.worker_group}/{p.rank}"
@@ -170,13 +165,14 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
     from rich.table import Table
     from rich.text import Text
 
-    from rlsight.render._format import chain_text, clock, open_label, span_label
+    from rlsight.render._format import chain_text, clock, first_line, open_label, span_label
 
     s = snapshot
     head = Text(f"run {s.run_id or '?'}  ", style="bold")
     ended = s.job_ended_unix_ns
     if ended is not None:
-        head.append(f"finished {clock(max(0, s.now_unix_ns - ended))} ago: ", style="bold")
+        head.append(f"{'failed' if s.job_failed else 'finished'} {clock(max(0, s.now_unix_ns - ended))} "
+                    "ago: ", style="bold red" if s.job_failed else "bold")
         head.append(f"{s.steps} step(s) done")
         if s.total_steps is not None:  # step numbers, not a count: a resumed run starts late
             head.append(f", last step {s.last_step} of {s.total_steps}" if s.last_step is not None
@@ -245,7 +241,7 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
             parts.append(Text(p.stack))
     if s.last_error is not None:
         e = s.last_error
-        said = f": {_first_line(e.message)}" if e.message else ""
+        said = f": {first_line(e.message)}" if e.message else ""
         parts.append(Text(f"last error: {span_label(e.name)} on {e.worker_group}/{e.rank}, "
                           f"{clock(max(0, s.now_unix_ns - e.end_unix_ns))} ago{said} "
                           f"({s.errors} span(s) ended in error)", style="red"))

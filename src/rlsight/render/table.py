@@ -15,6 +15,7 @@ from rlsight.render._format import (
     clock,
     count,
     engine_outcomes,
+    error_line,
     pct,
     postmortem_rows,
     postmortem_summary,
@@ -189,6 +190,9 @@ def render_report(report: RunReport, console: Console) -> None:
         line(f"discarded    {secs(work, digits)}s of earlier work thrown away ({reason}, {calls} "
              "discard call(s)); counted as wasted in the discarding steps")
     pm = report.postmortem
+    errors = error_line(pm)
+    if errors is not None:
+        line(f"errors       {errors}", "red")
     summary = postmortem_summary(pm)
     line(f"open at end  {summary}", None if summary == "none" or pm is None else "red")
     if pm is not None:

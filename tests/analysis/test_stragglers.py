@@ -149,3 +149,17 @@ def test_a_two_rank_gap_is_never_negative_and_jitter_stays_off_the_terminal(run:
     text = out.getvalue()
     assert "rank 1 slower" not in text
     assert "1 span name(s) compared between two ranks; none slower by 5% or more" in text
+
+
+def test_a_rank_whose_extra_time_is_under_1pct_of_the_step_is_not_a_straggler(run: RunBuilder):
+    """Drill: a healthy 4-rank run named policy ranks for 0.8 ms allreduces (median 0.1 ms, +700%)
+    in 3 s steps; a real 3x straggler in the other run then read as '3 -> 8 steps' in diff."""
+    run.process().step(1, 0, 3.0)
+    for rank, d in enumerate([0.0001, 0.0001, 0.0008, 0.0001]):
+        run.process("policy", rank).span("rl.train.allreduce", 0, d, bucket="productive")
+    assert analyze(run).stragglers.findings == []
+    slow = RunBuilder()
+    slow.process().step(1, 0, 3.0)
+    for rank, d in enumerate([0.0001, 0.0001, 0.031, 0.0001]):  # 31 ms: over 1% of 3 s
+        slow.process("policy", rank).span("rl.train.allreduce", 0, d, bucket="productive")
+    assert [(s.rank, s.name) for s in analyze(slow).stragglers.findings] == [(2, "rl.train.allreduce")]

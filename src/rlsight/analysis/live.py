@@ -28,23 +28,38 @@ from typing import Any
 import numpy as np
 
 from rlsight._host import pid_alive
-from rlsight._semconv import HOST_NAME, JOB_SPAN, PROCESS_PID, RANK, RUN_ID, STEP_SPAN, WORKER_GROUP
+from rlsight._semconv import (
+    BUCKET,
+    EFFICIENCY_SPAN_PREFIX,
+    HOST_NAME,
+    JOB_SPAN,
+    PROCESS_PID,
+    RANK,
+    RUN_ID,
+    SPAN_GROUP,
+    STEP_SPAN,
+    THREAD_ID,
+    WORKER_GROUP,
+)
 from rlsight.analysis._read import read_span_columns
 from rlsight.analysis._sorting import lexsort
-from rlsight.analysis.columns import NO_STEP, SpanColumns
+from rlsight.analysis.columns import NO_STEP, SpanColumns, concat_columns, span_columns_from_records
 from rlsight.analysis.model import SCHEMA_VERSION, ErrorSpan, OpenSpan, PostMortem, ProcessState
 from rlsight.store._live import LiveProcess, LiveReadResult, StartRecord, read_live
-from rlsight.store._schema import STATUS_ERROR, AttributeValue
+from rlsight.store._schema import STATUS_ERROR, AttributeValue, SpanRecord
 from rlsight.watchdog import DEFAULT_MIN_AGE_S, DEFAULT_STALL_K
 
 __all__ = [
     "DEFAULT_MIN_AGE_S",
     "DEFAULT_STALL_K",
+    "LOST_WORK_SPAN",
     "ErrorSpan",
     "WatchSnapshot",
+    "lost_work",
     "post_mortem",
     "process_states",
     "watch_snapshot",
+    "with_lost_work",
 ]
 
 
@@ -122,6 +137,57 @@ def _replacements(live: LiveReadResult, last_ends: Mapping[str, int],
             if last_sign <= later.opened_ns:
                 out[earlier.process] = later
     return out
+
+
+#: The span the report adds on the caller's timeline for its wait on work a dead process lost.
+LOST_WORK_SPAN = f"{EFFICIENCY_SPAN_PREFIX}wasted.lost_worker"
+
+
+def lost_work(cols: SpanColumns, live: LiveReadResult, running: Collection[str] = ()) -> list[SpanRecord]:
+    """The caller's wait on work a process Ray replaced lost, as spans in the ``wasted`` bucket.
+
+    A process that died inside a call (SIGKILL, OOM) and was replaced never ends its spans; the
+    driver that dispatched the call waited on it until Ray (or its own code) started the
+    replacement and called again, all of it inside its own productive span: a step that lost
+    4 s to a killed generation worker read 100% productive. For each open span of a replaced
+    process whose parent is a finished span of another process (the caller's dispatch), this is
+    a child of that span on the caller's timeline, from the lost span's start to the
+    replacement's start (clipped to the caller's span), in the ``wasted`` bucket, so the
+    partition (the deepest span decides) counts that wait as wasted. ``running``: as in
+    :func:`process_states`.
+    """
+    finished = {s: i for i, s in enumerate(cols.span_id.tolist())}
+    replaced = _replacements(live, {key: end for key, (_, end) in _last_spans(cols).items()}, running)
+    out = []
+    for s in live.starts:
+        later = replaced.get(s.process)
+        if later is None or _hex(s.span_id) in finished:
+            continue
+        i = finished.get(_hex(s.parent_span_id or ""))
+        if i is None or cols.process_keys[int(cols.process[i])] == s.process:
+            continue
+        start, end = max(s.start_ns, int(cols.start[i])), min(later.opened_ns, int(cols.end[i]))
+        if end <= start:
+            continue
+        out.append(SpanRecord(
+            trace_id=cols.traces[int(cols.trace[i])], span_id=f"{_hex(s.span_id) ^ _LOST_ID_MASK:016x}",
+            parent_span_id=s.parent_span_id, name=LOST_WORK_SPAN, start_ns=start, end_ns=end,
+            attributes={THREAD_ID: int(cols.thread[i]), BUCKET: "wasted", SPAN_GROUP: "efficiency"},
+            resource=cols.resources[int(cols.process[i])]))
+    return out
+
+
+#: Flips a lost span's id into the id of the caller-side span that stands for it.
+_LOST_ID_MASK = 0x6C6F_7374_776F_726B
+
+
+def with_lost_work(cols: SpanColumns, live: LiveReadResult,
+                   running: Collection[str] = ()) -> tuple[SpanColumns, int]:
+    """``cols`` with :func:`lost_work`'s spans added, and how many were added."""
+    lost = lost_work(cols, live, running)
+    if not lost:
+        return cols, 0
+    return concat_columns([cols, span_columns_from_records(lost)]), len(lost)
 
 
 def process_states(
@@ -425,7 +491,8 @@ def watch_snapshot(
     goodput = None
     if len(cols):
         try:
-            goodput = analyze_columns(cols, manifest=manifest, per_step={}).summary.goodput_pct
+            goodput = analyze_columns(with_lost_work(cols, live, running)[0], manifest=manifest,
+                                      per_step={}).summary.goodput_pct
         except ValueError:
             goodput = None
     return WatchSnapshot(

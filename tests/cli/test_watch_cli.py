@@ -386,3 +386,24 @@ def test_a_run_that_ended_cleanly_says_finished_and_has_no_errors_line(run_dir: 
     assert "failed" not in out and "\nerrors " not in out
     assert main(["watch", str(run_dir), "--json"]) == EXIT_OK
     assert json.loads(capsys.readouterr().out)["job_failed"] is False
+
+
+def test_a_rank_on_another_host_heard_last_at_the_end_of_a_finished_run_is_not_running() -> None:
+    """Drill: a run through the Ray sink failed in step 6 with six ranks on another host in
+    their training span; two minutes later watch still read them 'running' (their pid cannot be
+    looked up there, and the end of a run suppresses 'silent')."""
+    import dataclasses
+
+    snap = _dead_worker_snapshot(silent=True)
+    driver, worker = snap.processes
+    far = dataclasses.replace(worker, host="node2", alive=None,
+                              last_heard_unix_ns=snap.now_unix_ns - 120 * 10**9)
+    ended = dataclasses.replace(snap, processes=[driver, far],
+                                job_ended_unix_ns=snap.now_unix_ns - 119 * 10**9)
+    (row,) = [r for r in _screen_text(ended).splitlines() if r.startswith("generation/")]
+    assert "silent since the end" in row and "running" not in row
+    # While the run goes (or within 30 s of a heartbeat) it runs, as far as anyone can tell.
+    alive = dataclasses.replace(far, silent=False, last_heard_unix_ns=snap.now_unix_ns - 2 * 10**9)
+    (row,) = [r for r in _screen_text(dataclasses.replace(snap, processes=[driver, alive])).splitlines()
+              if r.startswith("generation/")]
+    assert "running" in row

@@ -222,6 +222,11 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
         if _silent(p, s) and p.last_heard_unix_ns is not None and p.replaced_by_pid is None:
             state = ("STALLED, " if p.stalled else "") + (
                 f"silent {clock(max(0, s.now_unix_ns - p.last_heard_unix_ns))}")
+        elif p.silent and p.alive is None and state == "running":
+            # The run is over and it stopped beating with it (Ray's shutdown kills actors): on
+            # another host its pid cannot be looked up, and six ranks of a failed run read
+            # 'running' in an open span two minutes after the end.
+            state = "silent since the end"
         if o is None:
             idle = "(shut down)" if p.clean_shutdown else "(nothing open)"
             table.add_row(_rank_label(p, s), state if _silent(p, s) else "", Text(idle, style="dim"),

@@ -407,3 +407,26 @@ def test_a_rank_on_another_host_heard_last_at_the_end_of_a_finished_run_is_not_r
     (row,) = [r for r in _screen_text(dataclasses.replace(snap, processes=[driver, alive])).splitlines()
               if r.startswith("generation/")]
     assert "running" in row
+
+
+def test_the_timeline_of_a_hung_run_draws_the_spans_it_hung_in(run_dir: Path, tmp_path: Path, capsys) -> None:
+    """Drill: a run hung in step 5 (driver -> policy/1 -> barrier/0) and was killed; its
+    Perfetto trace held steps 1-4 and none of rl.job, rl.step 5 or the spans it hung in."""
+    out = tmp_path / "trace.json"
+    with capture_telemetry(run_dir=run_dir, run_id="hung"):
+        with step_span(1), span(RL.TRAINING, "rl.train.policy"):
+            pass
+        with step_span(2), span(RL.REFIT, "rl.refit.push"):
+            _wait_for(run_dir, "rl.refit.push")
+            assert main(["timeline", str(run_dir), "-o", str(out)]) == EXIT_OK
+            one_step = ["timeline", str(run_dir), "-o", str(tmp_path / "one.json"), "--steps", "1"]
+            assert main(one_step) == EXIT_OK
+    assert "2 of them never ended" in capsys.readouterr().err
+    events = json.loads(out.read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    opened = {e["name"] for e in events if e.get("ph") == "X" and e.get("args", {}).get("rl.open")}
+    finished = {e["name"] for e in events if e.get("ph") == "X" and not e.get("args", {}).get("rl.open")}
+    assert opened == {"rl.step", "rl.refit.push"} and {"rl.step", "rl.train.policy"} <= finished
+    one = json.loads((tmp_path / "one.json").read_text())
+    one = one["traceEvents"] if isinstance(one, dict) else one
+    assert not any(e.get("args", {}).get("rl.open") for e in one)  # step 2 starts after step 1

@@ -53,9 +53,11 @@ __all__ = [
     "DEFAULT_MIN_AGE_S",
     "DEFAULT_STALL_K",
     "LOST_WORK_SPAN",
+    "OPEN_ATTRIBUTE",
     "ErrorSpan",
     "WatchSnapshot",
     "lost_work",
+    "open_span_records",
     "post_mortem",
     "process_states",
     "watch_snapshot",
@@ -376,6 +378,31 @@ def _failed_step(cols: SpanColumns, errors: Any) -> int | None:
     index = np.flatnonzero(failed)
     number = int(cols.step_no[int(index[np.argmax(cols.end[index])])])
     return None if number == NO_STEP else number
+
+
+#: Attribute on a span the timeline draws from a start record: it never ended.
+OPEN_ATTRIBUTE = "rl.open"
+
+
+def open_span_records(cols: SpanColumns, live: LiveReadResult) -> list[SpanRecord]:
+    """The spans that started and never ended, as records that end where the post-mortem ages
+    them to (the store's last moment; a silent process's last heartbeat; a replaced one's
+    replacement), tagged ``rl.open``: the timeline of a hung run drew everything but the spans
+    it hung in."""
+    pm = post_mortem(cols, live)
+    if pm is None:
+        return []
+    out = []
+    for p in pm.processes:
+        resource = live.processes[p.process].resource if p.process in live.processes else {}
+        for o in p.open:
+            out.append(SpanRecord(
+                trace_id=o.trace_id, span_id=o.span_id, parent_span_id=o.parent_span_id,
+                name=o.name, start_ns=o.start_unix_ns, end_ns=o.start_unix_ns + max(o.age_ns, 1000),
+                attributes={THREAD_ID: o.thread, OPEN_ATTRIBUTE: "never ended: drawn to the "
+                            "last moment the store saw of its process"},
+                resource=resource))
+    return out
 
 
 #: Finished steps the watch's rate is taken over: recent enough to follow a run that slows down.

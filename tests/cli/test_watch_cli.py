@@ -430,3 +430,22 @@ def test_the_timeline_of_a_hung_run_draws_the_spans_it_hung_in(run_dir: Path, tm
     one = json.loads((tmp_path / "one.json").read_text())
     one = one["traceEvents"] if isinstance(one, dict) else one
     assert not any(e.get("args", {}).get("rl.open") for e in one)  # step 2 starts after step 1
+
+
+@pytest.mark.parametrize("known", [True, False])
+def test_an_error_naming_a_pid_of_the_run_names_its_rank(run_dir: Path, capsys, known: bool) -> None:
+    """Drill: a policy rank SIGKILLed mid-step; the driver failed with Ray's ActorDiedError
+    (its message lists the dead actor's pid) and six ranks sat open in the same span: the
+    report could not say which of them had died."""
+    from rlsight import job_span
+
+    pid = os.getpid() if known else 2**22 + 7
+    with pytest.raises(RuntimeError), capture_telemetry(run_dir=run_dir, run_id="died"), job_span(), \
+            step_span(1):
+        raise RuntimeError(f"The actor died unexpectedly.\n\tclass_name: Policy\n\tpid: {pid}\n")
+    assert main(["report", str(run_dir)]) == EXIT_OK
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("errors")]
+    assert (f"(pid {pid} in the message is driver/0)" in line) == known
+    assert main(["watch", str(run_dir), "--json"]) == EXIT_OK
+    error = json.loads(capsys.readouterr().out)["last_error"]
+    assert (error["named_pid"], error["named_process"]) == ((pid, "driver/0") if known else (None, None))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 import socket
 import time
 from collections.abc import Collection, Mapping
@@ -349,8 +350,8 @@ def post_mortem(
         unclean=sum(1 for p in live.processes.values() if p.shutdown_ns is None),
         stall_records=list(stall_records or []),
         errors=int(errors.sum()),
-        last_error=_last_error(cols, errors),
-        job_error=_job_error(cols, errors),
+        last_error=_naming_pid(_last_error(cols, errors), cols, live),
+        job_error=_naming_pid(_job_error(cols, errors), cols, live),
         failed_step=_failed_step(cols, errors),
     )
 
@@ -426,6 +427,25 @@ def _last_error(cols: SpanColumns, errors: Any) -> ErrorSpan | None:
     return ErrorSpan(name=cols.names[int(cols.name[i])], process=cols.process_keys[int(cols.process[i])],
                      worker_group=str(res.get(WORKER_GROUP, "?")), rank=_int(res.get(RANK)) or 0,
                      end_unix_ns=int(cols.end[i]), message=message)
+
+
+#: A pid in an error message, as Ray's ActorDiedError lists the dead actor's (``\tpid: 11434``).
+_PID_IN_MESSAGE = re.compile(r"\bpid[:=]\s*(\d+)\b")
+
+
+def _naming_pid(error: ErrorSpan | None, cols: SpanColumns, live: LiveReadResult) -> ErrorSpan | None:
+    """``error`` with the run's process its message names by pid: the driver of a sink run read
+    'ActorDiedError' over six ranks all open in the same span, the dead one among them."""
+    found = _PID_IN_MESSAGE.search(error.message or "") if error is not None else None
+    if error is None or found is None:
+        return error
+    pid = int(found.group(1))
+    named = {f"{r.get(WORKER_GROUP, '?')}/{r.get(RANK, '?')}"
+             for r in [*cols.resources, *(p.resource for p in live.processes.values())]
+             if _int(r.get(PROCESS_PID)) == pid}
+    if len(named) != 1:
+        return error
+    return dataclasses.replace(error, named_pid=pid, named_process=named.pop())
 
 
 def _steps_per_min(step_ends: Any) -> float | None:
@@ -532,7 +552,8 @@ def watch_snapshot(
         steps_per_min=_steps_per_min(cols.end[step_mask]),
         last_step_end_unix_ns=int(cols.end[step_mask].max()) if step_mask.any() else None,
         goodput_pct=goodput, stalled=any(p.stalled for p in states),
-        errors=int(errors.sum()), last_error=_last_error(cols, errors), processes=states,
+        errors=int(errors.sum()), last_error=_naming_pid(_last_error(cols, errors), cols, live),
+        processes=states,
         job_ended_unix_ns=int(cols.end[job_mask].max()) if job_mask.any() and not job_open else None,
         job_failed=not job_open and _job_error(cols, errors) is not None,
         k=k, min_age_s=min_age_s, skipped=len(skipped) + len(live.skipped),

@@ -488,6 +488,11 @@ class ErrorSpan:
     end_unix_ns: int
     message: str | None = None
     """Its status message (the exception's type and text, scrubbed of secrets when written)."""
+    named_pid: int | None = None
+    """A pid the message names (Ray's ``ActorDiedError`` lists the dead actor's ``pid: N``)
+    that exactly one process of the run had."""
+    named_process: str | None = None
+    """``group/rank`` of that process."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -136,6 +136,8 @@ def error_line(pm: PostMortem | None) -> str | None:
         return None
     e = pm.last_error
     said = f": {first_line(e.message)}" if e.message else ""
+    if e.named_process is not None:
+        said += f" (pid {e.named_pid} in the message is {e.named_process})"
     return (f"{pm.errors} span(s) ended in error; last: {span_label(e.name)} on "
             f"{e.worker_group}/{e.rank}, {clock(max(0, pm.as_of_unix_ns - e.end_unix_ns))} before "
             f"the end{said}")

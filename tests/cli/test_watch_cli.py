@@ -445,7 +445,26 @@ def test_an_error_naming_a_pid_of_the_run_names_its_rank(run_dir: Path, capsys, 
         raise RuntimeError(f"The actor died unexpectedly.\n\tclass_name: Policy\n\tpid: {pid}\n")
     assert main(["report", str(run_dir)]) == EXIT_OK
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("errors")]
-    assert (f"(pid {pid} in the message is driver/0)" in line) == known
+    assert (f"(in the message: pid {pid} is driver/0)" in line) == known
     assert main(["watch", str(run_dir), "--json"]) == EXIT_OK
     error = json.loads(capsys.readouterr().out)["last_error"]
-    assert (error["named_pid"], error["named_process"]) == ((pid, "driver/0") if known else (None, None))
+    assert (error["named_pids"], error["named_processes"]) == (([pid], ["driver/0"]) if known else ([], []))
+
+
+def test_a_ray_task_error_reads_as_the_exception_it_wraps_without_colour_codes() -> None:
+    """Drill: a driver failed on policy/1's RayTaskError over a dead barrier actor; the report's
+    first line read '\\x1b[36mray::Policy.train()\\x1b[39m (pid=22574, ip=..., actor_id=...,
+    repr=<drill3.Policy object a...' and never said what was raised."""
+    from rlsight.render._format import first_line
+
+    message = (
+        "RayTaskError(ActorDiedError): \x1b[36mray::Policy.train()\x1b[39m (pid=22574, ip=192.0.2.2, "
+        "actor_id=397ed5199e7396eca9f2980201000000, repr=<drill3.Policy object at 0x7f88da379410>)\n"
+        "  File \"/work/drills/d3/drill3.py\", line 57, in train\n"
+        "    ray.get(dispatch_with_trace_context(self.barrier.wait, step))\n"
+        "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n"
+        "\tclass_name: Barrier\n\tpid: 22377\n")
+    assert first_line(message) == ("RayTaskError(ActorDiedError) in ray::Policy.train(): "
+                                   "ActorDiedError: The actor died unexpectedly before finishing this task.")
+    assert first_line("RuntimeError: loss is NaN\nmore") == "RuntimeError: loss is NaN"
+    assert first_line("\x1b[31mValueError: red\x1b[0m") == "ValueError: red"

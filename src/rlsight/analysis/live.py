@@ -434,18 +434,21 @@ _PID_IN_MESSAGE = re.compile(r"\bpid[:=]\s*(\d+)\b")
 
 
 def _naming_pid(error: ErrorSpan | None, cols: SpanColumns, live: LiveReadResult) -> ErrorSpan | None:
-    """``error`` with the run's process its message names by pid: the driver of a sink run read
+    """``error`` with the run's processes its message names by pid: the driver of a sink run read
     'ActorDiedError' over six ranks all open in the same span, the dead one among them."""
-    found = _PID_IN_MESSAGE.search(error.message or "") if error is not None else None
-    if error is None or found is None:
+    if error is None or not error.message:
         return error
-    pid = int(found.group(1))
-    named = {f"{r.get(WORKER_GROUP, '?')}/{r.get(RANK, '?')}"
-             for r in [*cols.resources, *(p.resource for p in live.processes.values())]
-             if _int(r.get(PROCESS_PID)) == pid}
-    if len(named) != 1:
+    labels: dict[int, set[str]] = {}
+    for r in [*cols.resources, *(p.resource for p in live.processes.values())]:
+        pid = _int(r.get(PROCESS_PID))
+        if pid is not None:
+            labels.setdefault(pid, set()).add(f"{r.get(WORKER_GROUP, '?')}/{r.get(RANK, '?')}")
+    pids = [pid for pid in dict.fromkeys(int(m) for m in _PID_IN_MESSAGE.findall(error.message))
+            if len(labels.get(pid, ())) == 1]
+    if not pids:
         return error
-    return dataclasses.replace(error, named_pid=pid, named_process=named.pop())
+    return dataclasses.replace(error, named_pids=pids,
+                               named_processes=[next(iter(labels[pid])) for pid in pids])
 
 
 def _steps_per_min(step_ends: Any) -> float | None:

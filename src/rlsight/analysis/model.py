@@ -488,11 +488,12 @@ class ErrorSpan:
     end_unix_ns: int
     message: str | None = None
     """Its status message (the exception's type and text, scrubbed of secrets when written)."""
-    named_pid: int | None = None
-    """A pid the message names (Ray's ``ActorDiedError`` lists the dead actor's ``pid: N``)
-    that exactly one process of the run had."""
-    named_process: str | None = None
-    """``group/rank`` of that process."""
+    named_pids: list[int] = field(default_factory=list)
+    """The pids the message names (Ray's ``ActorDiedError`` lists the dead actor's ``pid: N``,
+    its ``RayTaskError`` the raising task's ``pid=N``) that exactly one process of the run had,
+    in the message's order."""
+    named_processes: list[str] = field(default_factory=list)
+    """``group/rank`` of each of those processes."""
 
 
 @dataclass(frozen=True, slots=True)

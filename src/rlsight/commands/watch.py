@@ -247,8 +247,9 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
     if s.last_error is not None:
         e = s.last_error
         said = f": {first_line(e.message)}" if e.message else ""
-        if e.named_process is not None:
-            said += f" (pid {e.named_pid} in the message is {e.named_process})"
+        if e.named_pids:
+            said += " (in the message: " + ", ".join(
+                f"pid {pid} is {who}" for pid, who in zip(e.named_pids, e.named_processes, strict=True)) + ")"
         parts.append(Text(f"last error: {span_label(e.name)} on {e.worker_group}/{e.rank}, "
                           f"{clock(max(0, s.now_unix_ns - e.end_unix_ns))} ago{said} "
                           f"({s.errors} span(s) ended in error)", style="red"))

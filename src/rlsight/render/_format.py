@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from typing import Final
+
 from rlsight._semconv import STEP_SPAN
 from rlsight._terminal import terminal_safe
 from rlsight.analysis.model import (
@@ -113,9 +116,30 @@ def summary_line(report: RunReport) -> str:
     return "  ".join(parts) + f"   ({where})" + (_hung_tail(report) or _failed_tail(report))
 
 
+#: Terminal colour codes Ray writes into its task errors (``\x1b[36mray::Policy.train()\x1b[39m``).
+_SGR: Final = re.compile(r"\x1b\[[0-9;]*m")
+#: Ray's wrapper of an exception raised in a task: its type, then where it was raised.
+_RAY_TASK_ERROR: Final = re.compile(r"(RayTaskError(?:\([\w.]+\))?): *(ray::[\w.]+\(\))?")
+#: The last line of a traceback: the exception that ended it, module path optional.
+_EXCEPTION_LINE: Final = re.compile(r"(?:[A-Za-z_][\w]*\.)*([A-Za-z_]\w*(?:Error|Exception)): \S.*")
+
+
 def first_line(message: str, limit: int = 160) -> str:
-    """The first line of a status message, cut to ``limit`` characters (a traceback is long)."""
-    line = message.strip().splitlines()[0] if message.strip() else ""
+    """A status message in one line, cut to ``limit`` characters (a traceback is long).
+
+    Its first line, without terminal colour codes; for Ray's ``RayTaskError`` wrapper, whose
+    first line is the actor's repr, the exception it wraps, which a later line names:
+    ``RayTaskError(ActorDiedError) in ray::Policy.train(): ActorDiedError: The actor died...``.
+    """
+    lines = [_SGR.sub("", x).rstrip() for x in message.strip().splitlines()]
+    line = lines[0] if lines else ""
+    wrapper = _RAY_TASK_ERROR.match(line)
+    if wrapper is not None:
+        causes = [m for m in map(_EXCEPTION_LINE.fullmatch, lines[1:]) if m is not None]
+        if causes:
+            where = f" in {wrapper.group(2)}" if wrapper.group(2) else ""
+            cause = causes[-1]
+            line = f"{wrapper.group(1)}{where}: {cause.group(1)}{cause.group(0)[cause.end(1):]}"
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
@@ -136,8 +160,9 @@ def error_line(pm: PostMortem | None) -> str | None:
         return None
     e = pm.last_error
     said = f": {first_line(e.message)}" if e.message else ""
-    if e.named_process is not None:
-        said += f" (pid {e.named_pid} in the message is {e.named_process})"
+    if e.named_pids:
+        said += " (in the message: " + ", ".join(
+            f"pid {pid} is {who}" for pid, who in zip(e.named_pids, e.named_processes, strict=True)) + ")"
     return (f"{pm.errors} span(s) ended in error; last: {span_label(e.name)} on "
             f"{e.worker_group}/{e.rank}, {clock(max(0, pm.as_of_unix_ns - e.end_unix_ns))} before "
             f"the end{said}")

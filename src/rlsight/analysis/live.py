@@ -144,6 +144,8 @@ def _replacements(live: LiveReadResult, last_ends: Mapping[str, int],
 
 #: The span the report adds on the caller's timeline for its wait on work a dead process lost.
 LOST_WORK_SPAN = f"{EFFICIENCY_SPAN_PREFIX}wasted.lost_worker"
+#: Flips a lost span's id into the id of the caller-side span that stands for it.
+_LOST_ID_MASK = 0x6C6F_7374_776F_726B
 
 
 def lost_work(cols: SpanColumns, live: LiveReadResult, running: Collection[str] = ()) -> list[SpanRecord]:
@@ -164,7 +166,7 @@ def lost_work(cols: SpanColumns, live: LiveReadResult, running: Collection[str] 
     out = []
     for s in live.starts:
         later = replaced.get(s.process)
-        if later is None or _hex(s.span_id) in finished:
+        if later is None or _hex(s.span_id) < 0 or _hex(s.span_id) in finished:
             continue
         i = finished.get(_hex(s.parent_span_id or ""))
         if i is None or cols.process_keys[int(cols.process[i])] == s.process:
@@ -179,9 +181,6 @@ def lost_work(cols: SpanColumns, live: LiveReadResult, running: Collection[str] 
             resource=cols.resources[int(cols.process[i])]))
     return out
 
-
-#: Flips a lost span's id into the id of the caller-side span that stands for it.
-_LOST_ID_MASK = 0x6C6F_7374_776F_726B
 
 
 def with_lost_work(cols: SpanColumns, live: LiveReadResult,

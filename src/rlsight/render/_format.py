@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import re
-from typing import Final
-
 from rlsight._semconv import STEP_SPAN
+from rlsight._status_message import first_line
 from rlsight._terminal import terminal_safe
 from rlsight.analysis.model import (
     Engine,
@@ -114,33 +112,6 @@ def summary_line(report: RunReport) -> str:
     where = "driver timeline" if len(s.controller_timelines) == 1 else (
         f"{len(s.controller_timelines)} controller timelines" if s.controller_timelines else "no steps")
     return "  ".join(parts) + f"   ({where})" + (_hung_tail(report) or _failed_tail(report))
-
-
-#: Terminal colour codes Ray writes into its task errors (``\x1b[36mray::Policy.train()\x1b[39m``).
-_SGR: Final = re.compile(r"\x1b\[[0-9;]*m")
-#: Ray's wrapper of an exception raised in a task: its type, then where it was raised.
-_RAY_TASK_ERROR: Final = re.compile(r"(RayTaskError(?:\([\w.]+\))?): *(ray::[\w.]+\(\))?")
-#: The last line of a traceback: the exception that ended it, module path optional.
-_EXCEPTION_LINE: Final = re.compile(r"(?:[A-Za-z_][\w]*\.)*([A-Za-z_]\w*(?:Error|Exception)): \S.*")
-
-
-def first_line(message: str, limit: int = 160) -> str:
-    """A status message in one line, cut to ``limit`` characters (a traceback is long).
-
-    Its first line, without terminal colour codes; for Ray's ``RayTaskError`` wrapper, whose
-    first line is the actor's repr, the exception it wraps, which a later line names:
-    ``RayTaskError(ActorDiedError) in ray::Policy.train(): ActorDiedError: The actor died...``.
-    """
-    lines = [_SGR.sub("", x).rstrip() for x in message.strip().splitlines()]
-    line = lines[0] if lines else ""
-    wrapper = _RAY_TASK_ERROR.match(line)
-    if wrapper is not None:
-        causes = [m for m in map(_EXCEPTION_LINE.fullmatch, lines[1:]) if m is not None]
-        if causes:
-            where = f" in {wrapper.group(2)}" if wrapper.group(2) else ""
-            cause = causes[-1]
-            line = f"{wrapper.group(1)}{where}: {cause.group(1)}{cause.group(0)[cause.end(1):]}"
-    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _failed_tail(report: RunReport) -> str:

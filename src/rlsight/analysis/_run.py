@@ -255,8 +255,9 @@ def analyze_run(
     )
     if lost:
         report = dataclasses.replace(report, notes=[*report.notes, (
-            f"{lost} span(s) of a process Ray replaced never ended; the wait of the span that "
-            f"called each, until the replacement started, is counted as wasted ({LOST_WORK_SPAN})")])
+            f"{lost} span(s) of a replaced process (Ray restarted it, or a new one took its worker "
+            f"group and rank) never ended; the wait of the span that called each, until the "
+            f"replacement started, is counted as wasted ({LOST_WORK_SPAN})")])
     stalls = sorted((Path(run_dir) / "stalls").glob("stall-*.json"), key=lambda p: p.stat().st_mtime)
     return dataclasses.replace(
         report, postmortem=post_mortem(cols, live, stall_records=[str(p) for p in stalls]))

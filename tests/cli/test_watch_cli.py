@@ -468,3 +468,26 @@ def test_a_ray_task_error_reads_as_the_exception_it_wraps_without_colour_codes()
                                    "ActorDiedError: The actor died unexpectedly before finishing this task.")
     assert first_line("RuntimeError: loss is NaN\nmore") == "RuntimeError: loss is NaN"
     assert first_line("\x1b[31mValueError: red\x1b[0m") == "ValueError: red"
+
+
+def test_stacks_leave_out_rlsights_own_idle_threads() -> None:
+    """Drill (--stacks on a hung driver): 70 lines, five of its eight threads rlsight's own timer
+    loops, and the one that mattered, MainThread in ray.get, first."""
+    from rlsight.commands.watch import _without_own_threads
+
+    dump = "\n".join([
+        "Process 19940: python drill3.py", "",
+        'Thread 19940 (idle): "MainThread"', "    get (ray/_private/worker.py:3009)",
+        "    <module> (drill3.py:99)",
+        'Thread 20041 (idle): "rlsight-store"', "    BatchingSpanProcessor._run (rlsight/_batching.py:258)",
+        'Thread 20042 (idle): "rlsight-live"', "    StartRecordProcessor._run (_start_writer.py:128)",
+        'Thread 20043 (active): "rlsight-busy-time"', "    StepRollupProcessor._cut_windows (x.py:339)",
+        'Thread 20731 (idle): "ray_print_logs"', "    Worker.print_logs (ray/_private/worker.py:1091)",
+    ])
+    out = _without_own_threads(dump)
+    assert "MainThread" in out and "ray_print_logs" in out and "<module> (drill3.py:99)" in out
+    assert "rlsight-store" not in out and "_batching.py" not in out and "rlsight-live" not in out
+    assert "rlsight-busy-time" in out  # busy: kept
+    assert out.endswith("(2 idle rlsight thread(s) not shown)")
+    plain = 'Process 1: x\nThread 1 (idle): "MainThread"\n    f (a.py:1)'
+    assert _without_own_threads(plain) == plain

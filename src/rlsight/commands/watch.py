@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -102,13 +103,36 @@ def _with_stacks(snapshot: WatchSnapshot) -> WatchSnapshot:
             try:
                 done = subprocess.run([exe, "dump", "--pid", str(p.pid)], capture_output=True,
                                       text=True, timeout=_STACK_TIMEOUT_S, check=False)
-                stack = done.stdout.strip() if done.returncode == 0 else (
+                stack = _without_own_threads(done.stdout.strip()) if done.returncode == 0 else (
                     f"py-spy dump failed ({done.returncode}): {done.stderr.strip()}")
             except (OSError, subprocess.TimeoutExpired) as exc:
                 stack = f"py-spy dump failed: {exc}"
             p = dataclasses.replace(p, stack=stack)
         processes.append(p)
     return dataclasses.replace(snapshot, processes=processes)
+
+
+#: A thread's header line in ``py-spy dump``: ``Thread 20041 (idle): "rlsight-store"``.
+_THREAD_HEADER: Final = re.compile(r'Thread \S+ \((?P<state>[^)]*)\): "(?P<name>[^"]*)"')
+
+
+def _without_own_threads(dump: str) -> str:
+    """``dump`` without the stacks of rlsight's own idle threads (``rlsight-*``, waiting on
+    their timers): a drill's driver stack was 70 lines, five of its threads rlsight's, and the
+    one that mattered was the first. A busy rlsight thread is kept."""
+    kept: list[str] = []
+    dropped = 0
+    skipping = False
+    for line in dump.splitlines():
+        header = _THREAD_HEADER.match(line)
+        if header is not None:
+            skipping = header["name"].startswith("rlsight-") and "idle" in header["state"]
+            dropped += skipping
+        if not skipping:
+            kept.append(line)
+    if dropped:
+        kept.append(f"({dropped} idle rlsight thread(s) not shown)")
+    return "\n".join(kept)
 
 
 def _rank_label(p: ProcessState, s: WatchSnapshot | None = None) -> str:

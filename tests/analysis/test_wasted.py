@@ -82,3 +82,51 @@ def test_discard_survives_the_store_round_trip(run: RunBuilder, tmp_path):
     _discard_run(run)
     (call,) = analyze_run(run.write(tmp_path / "r")).wasted.discarded
     assert (call.reason, call.work_ns) == ("stale", 3 * SEC)
+
+
+def _live_file(run_dir, proc, opened: float, starts=()) -> None:
+    """A process's live file as the store writes it: its process line, then start records."""
+    import json
+
+    from _build import T0, ns
+
+    r = proc.resource
+    live = run_dir / "live"
+    live.mkdir(exist_ok=True)
+    lines = [{"record": "process", "timeUnixNano": str(T0 + ns(opened)), "heartbeatS": 10.0, "resource": r}]
+    lines += [{"record": "start", "traceId": s.trace_id, "spanId": s.span_id, "name": s.name,
+               "group": "generation", "startTimeUnixNano": str(s.start_ns), "threadId": 1,
+               "parentSpanId": s.parent_span_id} for s in starts]
+    path = live / f"{r['rl.worker_group']}-{r['rl.rank']}-{r['process.pid']}.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_a_call_lost_with_a_process_ray_replaced_is_wasted_in_the_callers_step(run: RunBuilder, tmp_path):
+    """Drill: generation/0 SIGKILLed 1 s into a 2 s generate, Ray restarted it and the driver's
+    call ran again: the driver's step 4 (6.7 s, median 2.2 s) read 100% productive. The wait
+    from the lost span's start to the replacement's start is wasted; the retry is productive."""
+    from rlsight.analysis import analyze_run
+
+    d = run.process()
+    step = d.step(1, 0, 10)
+    call = d.span("rl.rollout.generate", 0, 10, parent=step, bucket="productive")
+    dead = run.process("generation", 0, pid=1)
+    new = run.process("generation", 0, pid=2)
+    lost = dead.span("rl.rollout.generate", 0.5, 99, parent=call, bucket="productive")  # never ends
+    new.span("rl.rollout.generate", 6, 10, parent=call, bucket="productive")
+    dead.spans.remove(lost.record)
+    run_dir = run.write(tmp_path / "run")
+    _live_file(run_dir, d, 0)
+    _live_file(run_dir, dead, 0, [lost.record])
+    _live_file(run_dir, new, 4)
+    report = analyze_run(run_dir)
+    (row,) = report.steps
+    assert row.buckets.wasted_ns == int(3.5 * SEC)  # 0.5 s .. 4 s, the replacement's start
+    assert row.buckets.productive_ns == int(6.5 * SEC)
+    assert [w.name for w in report.wasted.by_name] == ["rl.efficiency.wasted.lost_worker"]
+    assert any(n.startswith("1 span(s) of a replaced process") for n in report.notes)
+    assert report.summary.goodput_pct == 65.0
+    # Without a replacement (the worker died with the run) nothing is charged: it was not redone.
+    (run_dir / "live" / "generation-0-2.jsonl").unlink()
+    (run_dir / "traces" / "generation-0-2.jsonl").unlink()
+    assert analyze_run(run_dir).steps[0].buckets.wasted_ns == 0

@@ -160,3 +160,46 @@ class TestInput:
         both.write_text("".join(f.read_text() for run in runs for f in (run / "traces").glob("*.jsonl")))
         assert main(["diff", str(runs[0]), str(both)]) == EXIT_USAGE
         assert "hold 2 runs" in capsys.readouterr().err
+
+
+def _steps(run_dir: Path, run_id: str, seconds: float, *, fail_in: int | None = None) -> None:
+    import time
+
+    with capture_telemetry(run_dir=run_dir, run_id=run_id), job_span():
+        for n in (1, 2, 3):
+            with step_span(n), span(RL.TRAINING, "rl.train.policy"):
+                time.sleep(seconds)
+                if n == fail_in:
+                    raise RuntimeError("loss is NaN")
+
+
+def test_a_run_that_hung_or_failed_is_not_faster_and_fails_the_gate(tmp_path: Path, capsys) -> None:
+    """Drill: a run that hung in step 5 and was killed read 'median step 2.21s -> 0.508s (-77%)'
+    against a healthy one (its median covers the four short steps that ended) and passed
+    --fail-if-slower 5; one that crashed in step 5 read the same."""
+    import time
+
+    from rlsight.store._live import read_live
+
+    healthy, failed, hung = tmp_path / "healthy", tmp_path / "failed", tmp_path / "hung"
+    _steps(healthy, "healthy", 0.05)
+    with pytest.raises(RuntimeError):
+        _steps(failed, "failed", 0.001, fail_in=3)
+    assert main(["diff", str(healthy), str(failed), "--fail-if-slower", "5"]) == EXIT_PROBLEMS
+    out, err = capsys.readouterr()
+    assert "B did not finish: failed in step 3: RuntimeError: loss is NaN" in out
+    assert "B did not finish: failed in step 3" in err
+    assert main(["diff", str(healthy), str(healthy), "--fail-if-slower", "5"]) == EXIT_OK
+    assert "did not finish" not in capsys.readouterr().out
+    with capture_telemetry(run_dir=hung, run_id="hung"), job_span():
+        with step_span(1), span(RL.TRAINING, "rl.train.policy"):
+            pass
+        with step_span(2), span(RL.TRAINING, "rl.train.policy"):
+            deadline = time.monotonic() + 5
+            while "rl.train.policy" not in {s.name for s in read_live(hung).starts}:
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            gate = ["diff", str(healthy), str(hung), "--fail-if-slower", "5", "--json"]
+            assert main(gate) == EXIT_PROBLEMS
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["b"]["unfinished"].startswith("step 2 never ended") and doc["a"]["unfinished"] is None

@@ -392,3 +392,148 @@ def test_a_run_resumed_after_its_driver_was_killed_reads_finished_once_the_new_d
     assert main(["watch", str(run_dir), "--once"]) == EXIT_OK
     head = capsys.readouterr().out.splitlines()[0]
     assert "finished" in head and "to go" not in head
+
+
+def test_a_driver_that_raised_out_of_its_job_failed_in_watch_and_report(run_dir: Path, capsys) -> None:
+    """Drill: a trainer bug raised in step 5 of 8; watch read 'finished 0m07s ago' and the
+    report 'steps 5  goodput 99.9%' with no word of the exception."""
+    from rlsight import job_span
+
+    with pytest.raises(RuntimeError), capture_telemetry(run_dir=run_dir, run_id="crashed"), \
+            job_span(total_steps=8):
+        for n in (1, 2, 3):
+            with step_span(n), span(RL.TRAINING, "rl.train.policy"):
+                if n == 3:
+                    raise RuntimeError("trainer bug: loss is NaN")
+    assert main(["watch", str(run_dir), "--json"]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["job_failed"] is True and doc["last_error"]["name"] == "rl.job"
+    assert main(["watch", str(run_dir), "--once"]) == EXIT_OK
+    head = capsys.readouterr().out.splitlines()[0]
+    assert "failed" in head and "finished" not in head
+    assert main(["report", str(run_dir)]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "; failed in step 3: RuntimeError: trainer bug: loss is NaN (see errors)" in out.splitlines()[0]
+    assert re.search(r"^errors +3 span\(s\) ended in error; last: rl\.job on driver/0, .*: RuntimeError: "
+                     r"trainer bug: loss is NaN$", out, re.M)
+    assert main(["report", str(run_dir), "--json"]) == EXIT_OK
+    pm = json.loads(capsys.readouterr().out)["postmortem"]
+    assert pm["errors"] == 3 and pm["failed_step"] == 3
+    assert pm["job_error"]["message"] == "RuntimeError: trainer bug: loss is NaN"
+
+
+def test_a_run_that_ended_cleanly_says_finished_and_has_no_errors_line(run_dir: Path, capsys) -> None:
+    from rlsight import job_span
+
+    with capture_telemetry(run_dir=run_dir, run_id="fine"), job_span(total_steps=1), step_span(1):
+        pass
+    assert main(["report", str(run_dir)]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "failed" not in out and "\nerrors " not in out
+    assert main(["watch", str(run_dir), "--json"]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out)["job_failed"] is False
+
+
+def test_a_rank_on_another_host_heard_last_at_the_end_of_a_finished_run_is_not_running() -> None:
+    """Drill: a run through the Ray sink failed in step 6 with six ranks on another host in
+    their training span; two minutes later watch still read them 'running' (their pid cannot be
+    looked up there, and the end of a run suppresses 'silent')."""
+    import dataclasses
+
+    snap = _dead_worker_snapshot(silent=True)
+    driver, worker = snap.processes
+    far = dataclasses.replace(worker, host="node2", alive=None,
+                              last_heard_unix_ns=snap.now_unix_ns - 120 * 10**9)
+    ended = dataclasses.replace(snap, processes=[driver, far],
+                                job_ended_unix_ns=snap.now_unix_ns - 119 * 10**9)
+    (row,) = [r for r in _screen_text(ended).splitlines() if r.startswith("generation/")]
+    assert "silent since the end" in row and "running" not in row
+    # While the run goes (or within 30 s of a heartbeat) it runs, as far as anyone can tell.
+    alive = dataclasses.replace(far, silent=False, last_heard_unix_ns=snap.now_unix_ns - 2 * 10**9)
+    (row,) = [r for r in _screen_text(dataclasses.replace(snap, processes=[driver, alive])).splitlines()
+              if r.startswith("generation/")]
+    assert "running" in row
+
+
+def test_the_timeline_of_a_hung_run_draws_the_spans_it_hung_in(run_dir: Path, tmp_path: Path, capsys) -> None:
+    """Drill: a run hung in step 5 (driver -> policy/1 -> barrier/0) and was killed; its
+    Perfetto trace held steps 1-4 and none of rl.job, rl.step 5 or the spans it hung in."""
+    out = tmp_path / "trace.json"
+    with capture_telemetry(run_dir=run_dir, run_id="hung"):
+        with step_span(1), span(RL.TRAINING, "rl.train.policy"):
+            pass
+        with step_span(2), span(RL.REFIT, "rl.refit.push"):
+            _wait_for(run_dir, "rl.refit.push")
+            assert main(["timeline", str(run_dir), "-o", str(out)]) == EXIT_OK
+            one_step = ["timeline", str(run_dir), "-o", str(tmp_path / "one.json"), "--steps", "1"]
+            assert main(one_step) == EXIT_OK
+    assert "2 of them never ended" in capsys.readouterr().err
+    events = json.loads(out.read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    opened = {e["name"] for e in events if e.get("ph") == "X" and e.get("args", {}).get("rl.open")}
+    finished = {e["name"] for e in events if e.get("ph") == "X" and not e.get("args", {}).get("rl.open")}
+    assert opened == {"rl.step", "rl.refit.push"} and {"rl.step", "rl.train.policy"} <= finished
+    one = json.loads((tmp_path / "one.json").read_text())
+    one = one["traceEvents"] if isinstance(one, dict) else one
+    assert not any(e.get("args", {}).get("rl.open") for e in one)  # step 2 starts after step 1
+
+
+@pytest.mark.parametrize("known", [True, False])
+def test_an_error_naming_a_pid_of_the_run_names_its_rank(run_dir: Path, capsys, known: bool) -> None:
+    """Drill: a policy rank SIGKILLed mid-step; the driver failed with Ray's ActorDiedError
+    (its message lists the dead actor's pid) and six ranks sat open in the same span: the
+    report could not say which of them had died."""
+    from rlsight import job_span
+
+    pid = os.getpid() if known else 2**22 + 7
+    with pytest.raises(RuntimeError), capture_telemetry(run_dir=run_dir, run_id="died"), job_span(), \
+            step_span(1):
+        raise RuntimeError(f"The actor died unexpectedly.\n\tclass_name: Policy\n\tpid: {pid}\n")
+    assert main(["report", str(run_dir)]) == EXIT_OK
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("errors")]
+    assert (f"(in the message: pid {pid} is driver/0)" in line) == known
+    assert main(["watch", str(run_dir), "--json"]) == EXIT_OK
+    error = json.loads(capsys.readouterr().out)["last_error"]
+    assert (error["named_pids"], error["named_processes"]) == (([pid], ["driver/0"]) if known else ([], []))
+
+
+def test_a_ray_task_error_reads_as_the_exception_it_wraps_without_colour_codes() -> None:
+    """Drill: a driver failed on policy/1's RayTaskError over a dead barrier actor; the report's
+    first line read '\\x1b[36mray::Policy.train()\\x1b[39m (pid=22574, ip=..., actor_id=...,
+    repr=<drill3.Policy object a...' and never said what was raised."""
+    from rlsight.render._format import first_line
+
+    message = (
+        "RayTaskError(ActorDiedError): \x1b[36mray::Policy.train()\x1b[39m (pid=22574, ip=192.0.2.2, "
+        "actor_id=397ed5199e7396eca9f2980201000000, repr=<drill3.Policy object at 0x7f88da379410>)\n"
+        "  File \"/work/drills/d3/drill3.py\", line 57, in train\n"
+        "    ray.get(dispatch_with_trace_context(self.barrier.wait, step))\n"
+        "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n"
+        "\tclass_name: Barrier\n\tpid: 22377\n")
+    assert first_line(message) == ("RayTaskError(ActorDiedError) in ray::Policy.train(): "
+                                   "ActorDiedError: The actor died unexpectedly before finishing this task.")
+    assert first_line("RuntimeError: loss is NaN\nmore") == "RuntimeError: loss is NaN"
+    assert first_line("\x1b[31mValueError: red\x1b[0m") == "ValueError: red"
+
+
+def test_stacks_leave_out_rlsights_own_idle_threads() -> None:
+    """Drill (--stacks on a hung driver): 70 lines, five of its eight threads rlsight's own timer
+    loops, and the one that mattered, MainThread in ray.get, first."""
+    from rlsight.commands.watch import _without_own_threads
+
+    dump = "\n".join([
+        "Process 19940: python drill3.py", "",
+        'Thread 19940 (idle): "MainThread"', "    get (ray/_private/worker.py:3009)",
+        "    <module> (drill3.py:99)",
+        'Thread 20041 (idle): "rlsight-store"', "    BatchingSpanProcessor._run (rlsight/_batching.py:258)",
+        'Thread 20042 (idle): "rlsight-live"', "    StartRecordProcessor._run (_start_writer.py:128)",
+        'Thread 20043 (active): "rlsight-busy-time"', "    StepRollupProcessor._cut_windows (x.py:339)",
+        'Thread 20731 (idle): "ray_print_logs"', "    Worker.print_logs (ray/_private/worker.py:1091)",
+    ])
+    out = _without_own_threads(dump)
+    assert "MainThread" in out and "ray_print_logs" in out and "<module> (drill3.py:99)" in out
+    assert "rlsight-store" not in out and "_batching.py" not in out and "rlsight-live" not in out
+    assert "rlsight-busy-time" in out  # busy: kept
+    assert out.endswith("(2 idle rlsight thread(s) not shown)")
+    plain = 'Process 1: x\nThread 1 (idle): "MainThread"\n    f (a.py:1)'
+    assert _without_own_threads(plain) == plain

@@ -326,3 +326,34 @@ def test_two_processes_of_one_rank_running_side_by_side_are_not_a_restart() -> N
     gone = {p.process: p for p in process_states(span_columns_from_records([]), live, now_ns=8 * sec,
                                                  min_age_s=1)}
     assert gone[first].replaced_by_pid == 2  # pid not known to run: taken for a restart
+
+
+def test_a_span_no_peer_finished_is_stalled_past_the_floor_when_a_stalled_caller_waits_on_it() -> None:
+    """Drill: the driver waited on policy/1, which waited on a barrier actor whose first
+    allreduce never returned; watch called the driver and policy/1 STALLED and the barrier, the
+    end of the chain, 'running' (an unseen name waits k floors: 25 min at the defaults)."""
+    sec = 10**9
+    policy, barrier = "run/policy/1/2", "run/barrier/0/3"
+    dispatch = StartRecord(_PROCESS, "t", "0000000000000001", None, "rl.train.policy", "training", 0, 1)
+    work = StartRecord(policy, "t", "0000000000000002", dispatch.span_id, "rl.train.fb", "training", 0, 2)
+    wait = StartRecord(barrier, "t", "0000000000000003", work.span_id, "rl.train.allreduce", "training",
+                       15 * sec, 3)
+    live = _live(dispatch, work, wait)
+    for key, group in ((policy, "policy"), (barrier, "barrier")):
+        live.processes[key] = LiveProcess(key, {"service.instance.id": key, "rl.worker_group": group,
+                                                "rl.rank": 0}, opened_ns=0)
+    medians = [SpanRecord("t", f"bb{i:014x}", None, name, 0, sec, {"thread.id": 1},
+                          {"service.instance.id": key})
+               for i, (name, key) in enumerate((("rl.train.policy", _PROCESS), ("rl.train.fb", policy)))]
+    cols = span_columns_from_records(medians)
+    states = {p.worker_group: p for p in process_states(cols, live, now_ns=60 * sec, k=5, min_age_s=30)}
+    assert states["trainer"].stalled and states["policy"].stalled
+    assert states["barrier"].stalled  # 45 s > the 30 s floor, though < 5 floors
+    assert states["barrier"].innermost is not None and states["barrier"].innermost.threshold_ns == 30 * sec
+    assert [o.stalled for o in states["barrier"].open] == [True]
+    # Under the floor it is not; nor when its callers are not stalled (a long first phase).
+    early = {p.worker_group: p for p in process_states(cols, live, now_ns=20 * sec, k=5, min_age_s=10)}
+    assert early["trainer"].stalled and not early["barrier"].stalled
+    calm = {p.worker_group: p for p in process_states(span_columns_from_records([]), live,
+                                                      now_ns=60 * sec, k=5, min_age_s=30)}
+    assert not any(p.stalled for p in calm.values())

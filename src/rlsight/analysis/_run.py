@@ -27,7 +27,7 @@ from rlsight.analysis.goodput import (
     step_summary,
 )
 from rlsight.analysis.hotspots import top_spans
-from rlsight.analysis.live import nothing_ended, post_mortem
+from rlsight.analysis.live import LOST_WORK_SPAN, nothing_ended, post_mortem, with_lost_work
 from rlsight.analysis.model import RunReport, RunSummary, StepRollup
 from rlsight.analysis.span_steps import span_steps
 from rlsight.analysis.startup import startup
@@ -248,10 +248,16 @@ def analyze_run(
         ))
     metrics = read_metrics(run_dir)
     manifest, unreadable = _manifest(Path(run_dir))
+    analysed, lost = with_lost_work(cols, live)
     report = analyze_columns(
-        cols, skipped=[*unreadable, *skipped, *metrics.skipped, *live.skipped], files=files,
+        analysed, skipped=[*unreadable, *skipped, *metrics.skipped, *live.skipped], files=files,
         manifest=manifest, metrics=metrics.points, k=k,
     )
+    if lost:
+        report = dataclasses.replace(report, notes=[*report.notes, (
+            f"{lost} span(s) of a replaced process (Ray restarted it, or a new one took its worker "
+            f"group and rank) never ended; the wait of the span that called each, until the "
+            f"replacement started, is counted as wasted ({LOST_WORK_SPAN})")])
     stalls = sorted((Path(run_dir) / "stalls").glob("stall-*.json"), key=lambda p: p.stat().st_mtime)
     return dataclasses.replace(
         report, postmortem=post_mortem(cols, live, stall_records=[str(p) for p in stalls]))

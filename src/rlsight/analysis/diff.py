@@ -17,6 +17,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from rlsight._semconv import STEP_SPAN
+from rlsight._status_message import first_line
 from rlsight.analysis.model import RunReport, Stat
 
 __all__ = [
@@ -51,6 +53,10 @@ class RunSide:
     """The configured span-group spec (from the run's manifest), if known."""
     groups_seen: list[str]
     """Span groups that have spans in the run."""
+    unfinished: str | None = None
+    """Why the run did not finish, from its post-mortem: ``failed in step 5: RuntimeError: ...``
+    (an exception escaped ``rl.job``) or ``step 5 never ended (open 48 s at the end)`` (it hung
+    or was killed); ``None`` when it finished or has no post-mortem."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +154,27 @@ def _groups_seen(report: RunReport) -> list[str]:
     return sorted(seen)
 
 
+def _unfinished(report: RunReport) -> str | None:
+    """Why ``report``'s run did not finish: a run that hung in step 5 and was killed has a
+    median over the four short steps that ended, and read 77% faster than a healthy one."""
+    pm = report.postmortem
+    if pm is None:
+        return None
+    if pm.job_error is not None:
+        where = f" in step {pm.failed_step}" if pm.failed_step is not None else ""
+        said = f": {first_line(pm.job_error.message)}" if pm.job_error.message else ""
+        return f"failed{where}{said}"
+    done = max((s.step for s in report.steps), default=None)
+    # As the report's first line: a replaced process left its step to the replacement.
+    hung = [o for p in pm.processes if p.replaced_by_pid is None for o in p.open
+            if o.name == STEP_SPAN and (o.step is None or done is None or o.step > done)]
+    if not hung:
+        return None
+    step = max(hung, key=lambda o: (o.step or 0, o.age_ns))
+    number = f" {step.step}" if step.step is not None else ""
+    return f"step{number} never ended (open {step.age_ns / 1e9:.0f} s at the end)"
+
+
 def _side(report: RunReport) -> RunSide:
     s = report.summary
     wall = report.step_summary.wall if report.step_summary else None
@@ -155,7 +182,7 @@ def _side(report: RunReport) -> RunSide:
         run_id=s.run_id, algorithm=s.algorithm, steps=s.steps,
         median_step_ns=wall.median_ns if wall else None, p90_step_ns=wall.p90_ns if wall else None,
         goodput_pct=s.goodput_pct, spans=s.spans, span_groups=s.span_groups,
-        groups_seen=_groups_seen(report),
+        groups_seen=_groups_seen(report), unfinished=_unfinished(report),
     )
 
 
@@ -258,6 +285,10 @@ def _setting_notes(side_a: RunSide, side_b: RunSide, a: RunReport, b: RunReport)
         if buckets:
             notes.append(f"the {', '.join(buckets)} bucket(s) include time from those groups, so "
                          f"part of their change comes from {cause}, not the run")
+    for which, side in (("A", side_a), ("B", side_b)):
+        if side.unfinished is not None:
+            notes.append(f"{which} did not finish: {side.unfinished}; its per-step numbers "
+                         "cover only the steps that ended")
     if not side_a.steps or not side_b.steps:
         which = " and ".join(x for x, s in (("A", side_a), ("B", side_b)) if not s.steps)
         notes.append(f"{which} has no rl.step spans: per-step comparisons are unavailable")

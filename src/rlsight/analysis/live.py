@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 import socket
 import time
 from collections.abc import Collection, Mapping
@@ -29,32 +30,41 @@ import numpy as np
 
 from rlsight._host import pid_alive
 from rlsight._semconv import (
+    BUCKET,
+    EFFICIENCY_SPAN_PREFIX,
     HOST_NAME,
     JOB_SPAN,
     PROCESS_PID,
     RANK,
     RUN_ID,
+    SPAN_GROUP,
     STEP_SPAN,
+    THREAD_ID,
     TOTAL_STEPS,
     WORKER_GROUP,
 )
 from rlsight.analysis._read import read_span_columns
 from rlsight.analysis._sorting import lexsort
-from rlsight.analysis.columns import SpanColumns
-from rlsight.analysis.model import SCHEMA_VERSION, OpenSpan, PostMortem, ProcessState
+from rlsight.analysis.columns import NO_STEP, SpanColumns, concat_columns, span_columns_from_records
+from rlsight.analysis.model import SCHEMA_VERSION, ErrorSpan, OpenSpan, PostMortem, ProcessState
 from rlsight.store._live import LiveProcess, LiveReadResult, StartRecord, read_live
-from rlsight.store._schema import STATUS_ERROR, AttributeValue
+from rlsight.store._schema import STATUS_ERROR, AttributeValue, SpanRecord
 from rlsight.watchdog import DEFAULT_MIN_AGE_S, DEFAULT_STALL_K
 
 __all__ = [
     "DEFAULT_MIN_AGE_S",
     "DEFAULT_STALL_K",
+    "LOST_WORK_SPAN",
+    "OPEN_ATTRIBUTE",
     "ErrorSpan",
     "WatchSnapshot",
+    "lost_work",
     "nothing_ended",
+    "open_span_records",
     "post_mortem",
     "process_states",
     "watch_snapshot",
+    "with_lost_work",
 ]
 
 
@@ -134,6 +144,56 @@ def _replacements(live: LiveReadResult, last_ends: Mapping[str, int],
     return out
 
 
+#: The span the report adds on the caller's timeline for its wait on work a dead process lost.
+LOST_WORK_SPAN = f"{EFFICIENCY_SPAN_PREFIX}wasted.lost_worker"
+#: Flips a lost span's id into the id of the caller-side span that stands for it.
+_LOST_ID_MASK = 0x6C6F_7374_776F_726B
+
+
+def lost_work(cols: SpanColumns, live: LiveReadResult, running: Collection[str] = ()) -> list[SpanRecord]:
+    """The caller's wait on work a process Ray replaced lost, as spans in the ``wasted`` bucket.
+
+    A process that died inside a call (SIGKILL, OOM) and was replaced never ends its spans; the
+    driver that dispatched the call waited on it until Ray (or its own code) started the
+    replacement and called again, all of it inside its own productive span: a step that lost
+    4 s to a killed generation worker read 100% productive. For each open span of a replaced
+    process whose parent is a finished span of another process (the caller's dispatch), this is
+    a child of that span on the caller's timeline, from the lost span's start to the
+    replacement's start (clipped to the caller's span), in the ``wasted`` bucket, so the
+    partition (the deepest span decides) counts that wait as wasted. ``running``: as in
+    :func:`process_states`.
+    """
+    finished = {s: i for i, s in enumerate(cols.span_id.tolist())}
+    replaced = _replacements(live, {key: end for key, (_, end) in _last_spans(cols).items()}, running)
+    out = []
+    for s in live.starts:
+        later = replaced.get(s.process)
+        if later is None or _hex(s.span_id) < 0 or _hex(s.span_id) in finished:
+            continue
+        i = finished.get(_hex(s.parent_span_id or ""))
+        if i is None or cols.process_keys[int(cols.process[i])] == s.process:
+            continue
+        start, end = max(s.start_ns, int(cols.start[i])), min(later.opened_ns, int(cols.end[i]))
+        if end <= start:
+            continue
+        out.append(SpanRecord(
+            trace_id=cols.traces[int(cols.trace[i])], span_id=f"{_hex(s.span_id) ^ _LOST_ID_MASK:016x}",
+            parent_span_id=s.parent_span_id, name=LOST_WORK_SPAN, start_ns=start, end_ns=end,
+            attributes={THREAD_ID: int(cols.thread[i]), BUCKET: "wasted", SPAN_GROUP: "efficiency"},
+            resource=cols.resources[int(cols.process[i])]))
+    return out
+
+
+
+def with_lost_work(cols: SpanColumns, live: LiveReadResult,
+                   running: Collection[str] = ()) -> tuple[SpanColumns, int]:
+    """``cols`` with :func:`lost_work`'s spans added, and how many were added."""
+    lost = lost_work(cols, live, running)
+    if not lost:
+        return cols, 0
+    return concat_columns([cols, span_columns_from_records(lost)]), len(lost)
+
+
 def process_states(
     cols: SpanColumns,
     live: LiveReadResult,
@@ -184,6 +244,7 @@ def process_states(
 
     per_process: dict[str, list[OpenSpan]] = {}
     leaves: dict[str, list[OpenSpan]] = {}
+    items: dict[str, OpenSpan] = {}
     for s in sorted(open_starts, key=lambda s: s.start_ns):
         chain: list[str] = []
         chain_ranks: list[str] = []
@@ -206,8 +267,27 @@ def process_states(
             stalled=is_leaf and s.name != JOB_SPAN and age > threshold and s.process not in replaced,
         )
         per_process.setdefault(s.process, []).append(item)
+        items[s.span_id] = item
         if is_leaf:
             leaves.setdefault(s.process, []).append(item)
+    # A span no peer has finished waits k floors, but not when a stalled span waits on it
+    # (an ancestor in another process): the stall is there, at the end of the waiting chain (a
+    # first collective that never returns read 'running' under its stalled callers for 25 min).
+    for process, spans in leaves.items():
+        if process in replaced:
+            continue
+        for i, o in enumerate(spans):
+            if o.stalled or o.median_ns is not None or o.age_ns <= floor_ns:
+                continue
+            ancestor = items.get(o.parent_span_id or "")
+            seen = {o.span_id}
+            while ancestor is not None and ancestor.span_id not in seen and not ancestor.stalled:
+                seen.add(ancestor.span_id)
+                ancestor = items.get(ancestor.parent_span_id or "")
+            if ancestor is not None and ancestor.stalled:
+                spans[i] = items[o.span_id] = dataclasses.replace(o, stalled=True, threshold_ns=floor_ns)
+                opened = per_process[process]
+                opened[opened.index(o)] = spans[i]
     # Open spans started from a span of another process (a dispatched actor call).
     remote_children: dict[str, set[str]] = {}
     for s in open_starts:
@@ -276,33 +356,76 @@ def post_mortem(
     # Only processes that wrote a live file can be judged for a clean shutdown.
     kept = [p for p in states if p.open or (p.process in live.processes and not p.clean_shutdown)]
     kept.sort(key=lambda p: (not p.open, p.worker_group, p.rank, p.process))
+    errors = cols.status == STATUS_ERROR
     return PostMortem(
         as_of_unix_ns=as_of,
         open_spans=sum(len(p.open) for p in states),
         processes=kept,
         unclean=sum(1 for p in live.processes.values() if p.shutdown_ns is None),
         stall_records=list(stall_records or []),
+        errors=int(errors.sum()),
+        last_error=_naming_pid(_last_error(cols, errors), cols, live),
+        job_error=_naming_pid(_job_error(cols, errors), cols, live),
+        failed_step=_failed_step(cols, errors),
     )
+
+
+def _name_mask(cols: SpanColumns, name: str) -> Any:
+    return cols.name == (cols.names.index(name) if name in cols.names else -1)
+
+
+def _job_error(cols: SpanColumns, errors: Any) -> ErrorSpan | None:
+    """The latest ``rl.job`` when it ended in error: the run failed (a driver that raised out of
+    its job read 'finished' in watch and nothing in the report but the steps it did)."""
+    jobs = _name_mask(cols, JOB_SPAN)
+    if not jobs.any():
+        return None
+    index = np.flatnonzero(jobs)
+    if not errors[int(index[np.argmax(cols.end[index])])]:
+        return None
+    return _last_error(cols, errors & jobs)
+
+
+def _failed_step(cols: SpanColumns, errors: Any) -> int | None:
+    failed = errors & _name_mask(cols, STEP_SPAN)
+    if not failed.any():
+        return None
+    index = np.flatnonzero(failed)
+    number = int(cols.step_no[int(index[np.argmax(cols.end[index])])])
+    return None if number == NO_STEP else number
+
+
+#: Attribute on a span the timeline draws from a start record: it never ended.
+OPEN_ATTRIBUTE = "rl.open"
+
+
+def open_span_records(cols: SpanColumns, live: LiveReadResult) -> list[SpanRecord]:
+    """The spans that started and never ended, as records that end where the post-mortem ages
+    them to (the store's last moment; a silent process's last heartbeat; a replaced one's
+    replacement), tagged ``rl.open``: the timeline of a hung run drew everything but the spans
+    it hung in."""
+    pm = post_mortem(cols, live)
+    if pm is None:
+        return []
+    out = []
+    for p in pm.processes:
+        resource = live.processes[p.process].resource if p.process in live.processes else {}
+        for o in p.open:
+            out.append(SpanRecord(
+                trace_id=o.trace_id, span_id=o.span_id, parent_span_id=o.parent_span_id,
+                name=o.name, start_ns=o.start_unix_ns, end_ns=o.start_unix_ns + max(o.age_ns, 1000),
+                attributes={THREAD_ID: o.thread, OPEN_ATTRIBUTE: "never ended: drawn to the "
+                            "last moment the store saw of its process"},
+                resource=resource))
+    return out
 
 
 #: Finished steps the watch's rate is taken over: recent enough to follow a run that slows down.
 _RATE_STEPS = 10
 
 
-@dataclass(frozen=True, slots=True)
-class ErrorSpan:
-    """The latest span that ended with an error status: where the run last went wrong."""
-
-    name: str
-    process: str
-    worker_group: str
-    rank: int
-    end_unix_ns: int
-    message: str | None = None
-    """Its status message (the exception's type and text, scrubbed of secrets when written)."""
-
-
 def _last_error(cols: SpanColumns, errors: Any) -> ErrorSpan | None:
+    """The span of ``errors`` (a mask over ``cols``) that ended last, with its status message."""
     if not errors.any():
         return None
     index = np.flatnonzero(errors)
@@ -318,6 +441,28 @@ def _last_error(cols: SpanColumns, errors: Any) -> ErrorSpan | None:
     return ErrorSpan(name=cols.names[int(cols.name[i])], process=cols.process_keys[int(cols.process[i])],
                      worker_group=str(res.get(WORKER_GROUP, "?")), rank=_int(res.get(RANK)) or 0,
                      end_unix_ns=int(cols.end[i]), message=message)
+
+
+#: A pid in an error message, as Ray's ActorDiedError lists the dead actor's (``\tpid: 11434``).
+_PID_IN_MESSAGE = re.compile(r"\bpid[:=]\s*(\d+)\b")
+
+
+def _naming_pid(error: ErrorSpan | None, cols: SpanColumns, live: LiveReadResult) -> ErrorSpan | None:
+    """``error`` with the run's processes its message names by pid: the driver of a sink run read
+    'ActorDiedError' over six ranks all open in the same span, the dead one among them."""
+    if error is None or not error.message:
+        return error
+    labels: dict[int, set[str]] = {}
+    for r in [*cols.resources, *(p.resource for p in live.processes.values())]:
+        pid = _int(r.get(PROCESS_PID))
+        if pid is not None:
+            labels.setdefault(pid, set()).add(f"{r.get(WORKER_GROUP, '?')}/{r.get(RANK, '?')}")
+    pids = [pid for pid in dict.fromkeys(int(m) for m in _PID_IN_MESSAGE.findall(error.message))
+            if len(labels.get(pid, ())) == 1]
+    if not pids:
+        return error
+    return dataclasses.replace(error, named_pids=pids,
+                               named_processes=[next(iter(labels[pid])) for pid in pids])
 
 
 def _steps_per_min(step_ends: Any) -> float | None:
@@ -356,6 +501,8 @@ class WatchSnapshot:
     k: float
     min_age_s: float
     skipped: int
+    job_failed: bool = False
+    """The run is over and its last ``rl.job`` ended with an error status: it failed."""
 
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` document (schema in docs/live.md)."""
@@ -415,7 +562,8 @@ def watch_snapshot(
     goodput = None
     if len(cols):
         try:
-            goodput = analyze_columns(cols, manifest=manifest, per_step={}).summary.goodput_pct
+            goodput = analyze_columns(with_lost_work(cols, live, running)[0], manifest=manifest,
+                                      per_step={}).summary.goodput_pct
         except ValueError:
             goodput = None
     return WatchSnapshot(
@@ -428,7 +576,9 @@ def watch_snapshot(
         steps_per_min=_steps_per_min(cols.end[step_mask]),
         last_step_end_unix_ns=int(cols.end[step_mask].max()) if step_mask.any() else None,
         goodput_pct=goodput, stalled=any(p.stalled for p in states),
-        errors=int(errors.sum()), last_error=_last_error(cols, errors), processes=states,
+        errors=int(errors.sum()), last_error=_naming_pid(_last_error(cols, errors), cols, live),
+        processes=states,
         job_ended_unix_ns=int(cols.end[job_mask].max()) if job_mask.any() and not job_open else None,
+        job_failed=not job_open and _job_error(cols, errors) is not None,
         k=k, min_age_s=min_age_s, skipped=len(skipped) + len(live.skipped),
     )

@@ -28,6 +28,7 @@ __all__ = [
     "Discarded",
     "Engine",
     "EngineStep",
+    "ErrorSpan",
     "FleetGroup",
     "Fleets",
     "GroupVolume",
@@ -477,6 +478,25 @@ class OpenSpan:
 
 
 @dataclass(frozen=True, slots=True)
+class ErrorSpan:
+    """A span that ended with an error status (an exception escaped it): where the run went wrong."""
+
+    name: str
+    process: str
+    worker_group: str
+    rank: int
+    end_unix_ns: int
+    message: str | None = None
+    """Its status message (the exception's type and text, scrubbed of secrets when written)."""
+    named_pids: list[int] = field(default_factory=list)
+    """The pids the message names (Ray's ``ActorDiedError`` lists the dead actor's ``pid: N``,
+    its ``RayTaskError`` the raising task's ``pid=N``) that exactly one process of the run had,
+    in the message's order."""
+    named_processes: list[str] = field(default_factory=list)
+    """``group/rank`` of each of those processes."""
+
+
+@dataclass(frozen=True, slots=True)
 class ProcessState:
     """One process of the run: what it has open, whether it shut down cleanly, its last span."""
 
@@ -527,6 +547,15 @@ class PostMortem:
     """Processes that wrote no clean-shutdown record (killed, crashed, or never shut down)."""
     stall_records: list[str] = field(default_factory=list)
     """Stall records the watchdog wrote (``<run_dir>/stalls/*.json``), oldest first."""
+    errors: int = 0
+    """Spans that ended with an error status."""
+    last_error: ErrorSpan | None = None
+    """The latest of them."""
+    job_error: ErrorSpan | None = None
+    """The run's last ``rl.job``, when it ended with an error status: the driver raised out of
+    the job, and the run failed rather than finished."""
+    failed_step: int | None = None
+    """The number of the latest ``rl.step`` that ended with an error status, if any."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,9 @@ span under it in the trace (on any process), had its productive and overhead par
 time relabelled wasted by :func:`charge_discards`, and that time counts in the step that
 discarded it. And restarts: when a step number repeats or goes backwards, the earlier
 attempts of those step numbers were lost with the crashed process; those steps are
-*superseded*, and the run partition counts their whole window as wasted.
+*superseded*, and the run partition counts their whole window as wasted. (A call lost with a
+worker Ray replaced reaches this module as a wasted span on its caller's timeline:
+:func:`rlsight.analysis.live.lost_work`.)
 """
 
 from __future__ import annotations

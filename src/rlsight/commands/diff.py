@@ -3,9 +3,10 @@
 RUN_A and RUN_B are run folders, saved ``rlsight report --json`` documents, or the output
 of a Collector's file exporter holding one run. Every change
 is B minus A. ``--fail-if-slower PCT`` makes a CI gate: exit 1 when B's median step is more
-than PCT percent slower than A's. Exit codes: 0 ok; 1 B slower than ``--fail-if-slower``
-allows; 2 usage error (Collector files holding several runs included); 3 a run missing,
-unreadable, holding no spans, or (with ``--fail-if-slower``) without steps to compare.
+than PCT percent slower than A's, or when B did not finish (it failed, or a step never ended).
+Exit codes: 0 ok; 1 B slower than ``--fail-if-slower`` allows, or unfinished; 2 usage error
+(Collector files holding several runs included); 3 a run missing, unreadable, holding no spans,
+or (with ``--fail-if-slower``) without steps to compare.
 """
 
 from __future__ import annotations
@@ -119,6 +120,12 @@ def run(args: argparse.Namespace) -> int:
     write_outputs("diff", as_json=args.json, document=diff.to_dict, terminal=terminal,
                   html=args.html, page=page)
     if args.fail_if_slower is not None:
+        if diff.b.unfinished is not None:
+            # A run that hung or failed has short medians over the steps that did end: it read
+            # 77% faster than a healthy one and passed the gate.
+            print(f"rlsight diff: B did not finish: {diff.b.unfinished}; --fail-if-slower "
+                  "compares finished runs", file=sys.stderr)
+            return EXIT_PROBLEMS
         if diff.step_change_pct is None:
             print("rlsight diff: --fail-if-slower needs rl.step spans in both runs; "
                   "enable the 'step' span group (it is in every preset)", file=sys.stderr)

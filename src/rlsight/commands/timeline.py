@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from rlsight.commands._exit import EXIT_INPUT, EXIT_OK, EXIT_USAGE
 from rlsight.commands._extras import missing_extra
@@ -87,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with open_run(args.run_dir, args.run_id) as source:
             window = window_spans(source.folder, steps=args.steps, max_spans=args.max_spans)
+            opened = _open_spans(source.folder, window.spans, args.steps)
     except AmbiguousRunError as exc:
         print(f"rlsight timeline: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -114,13 +115,31 @@ def run(args: argparse.Namespace) -> int:
         print(f"rlsight timeline: wrote the first {args.max_spans:,} spans only (those starting "
               f"before {axis_s:.3f} s on the trace's time axis, {window.cut_at_ns} ns since the "
               "epoch); pick a window with --steps A:B or raise --max-spans", file=sys.stderr)
-    counts = write_chrome_trace(window.spans, output)
+    counts = write_chrome_trace([*window.spans, *opened], output)
     if skipped:
         print(f"rlsight timeline: skipped {len(skipped)} unreadable record(s); "
               f"first: {terminal_safe(str(skipped[0]))}", file=sys.stderr)
-    print(f"rlsight timeline: wrote {output} ({counts['spans']} spans, {counts['flows']} flows); "
-          "open it at https://ui.perfetto.dev", file=sys.stderr)
+    never = f", {len(opened)} of them never ended (args: rl.open)" if opened else ""
+    print(f"rlsight timeline: wrote {output} ({counts['spans']} spans{never}, {counts['flows']} "
+          "flows); open it at https://ui.perfetto.dev", file=sys.stderr)
     return EXIT_OK
+
+
+def _open_spans(folder: Path, spans: list[Any], steps: tuple[int | None, int | None] | None) -> list[Any]:
+    """The spans that never ended (from the start records), drawn to where the post-mortem ages
+    them; with ``--steps A:B``, those that start before the window's last span ends."""
+    from rlsight.analysis._read import read_span_columns
+    from rlsight.analysis.live import open_span_records
+    from rlsight.store._live import read_live
+
+    live = read_live(folder)
+    if not live.starts:
+        return []
+    opened = open_span_records(read_span_columns(folder)[0], live)
+    if steps is not None and steps[1] is not None and spans:
+        last = max(s.end_ns for s in spans)
+        opened = [s for s in opened if s.start_ns <= last]
+    return opened
 
 
 def _describe_range(steps: tuple[int | None, int | None]) -> str:

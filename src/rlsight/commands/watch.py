@@ -16,6 +16,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -114,7 +115,7 @@ def _with_stacks(snapshot: WatchSnapshot) -> WatchSnapshot:
             try:
                 done = subprocess.run([exe, "dump", "--pid", str(p.pid)], capture_output=True,
                                       text=True, timeout=_STACK_TIMEOUT_S, check=False)
-                stack = done.stdout.strip() if done.returncode == 0 else (
+                stack = _without_own_threads(done.stdout.strip()) if done.returncode == 0 else (
                     f"py-spy dump failed ({done.returncode}): {done.stderr.strip()}")
             except (OSError, subprocess.TimeoutExpired) as exc:
                 stack = f"py-spy dump failed: {exc}"
@@ -123,9 +124,27 @@ def _with_stacks(snapshot: WatchSnapshot) -> WatchSnapshot:
     return dataclasses.replace(snapshot, processes=processes)
 
 
-def _first_line(message: str, limit: int = 160) -> str:
-    line = message.strip().splitlines()[0] if message.strip() else ""
-    return line if len(line) <= limit else line[: limit - 3] + "..."
+#: A thread's header line in ``py-spy dump``: ``Thread 20041 (idle): "rlsight-store"``.
+_THREAD_HEADER: Final = re.compile(r'Thread \S+ \((?P<state>[^)]*)\): "(?P<name>[^"]*)"')
+
+
+def _without_own_threads(dump: str) -> str:
+    """``dump`` without the stacks of rlsight's own idle threads (``rlsight-*``, waiting on
+    their timers): a drill's driver stack was 70 lines, five of its threads rlsight's, and the
+    one that mattered was the first. A busy rlsight thread is kept."""
+    kept: list[str] = []
+    dropped = 0
+    skipping = False
+    for line in dump.splitlines():
+        header = _THREAD_HEADER.match(line)
+        if header is not None:
+            skipping = header["name"].startswith("rlsight-") and "idle" in header["state"]
+            dropped += skipping
+        if not skipping:
+            kept.append(line)
+    if dropped:
+        kept.append(f"({dropped} idle rlsight thread(s) not shown)")
+    return "\n".join(kept)
 
 
 def _rank_label(p: ProcessState, s: WatchSnapshot | None = None) -> str:
@@ -182,13 +201,14 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
     from rich.table import Table
     from rich.text import Text
 
-    from rlsight.render._format import chain_text, clock, open_label, span_label
+    from rlsight.render._format import chain_text, clock, first_line, open_label, span_label
 
     s = snapshot
     head = Text(f"run {s.run_id or '?'}  ", style="bold")
     ended = s.job_ended_unix_ns
     if ended is not None:
-        head.append(f"finished {clock(max(0, s.now_unix_ns - ended))} ago: ", style="bold")
+        head.append(f"{'failed' if s.job_failed else 'finished'} {clock(max(0, s.now_unix_ns - ended))} "
+                    "ago: ", style="bold red" if s.job_failed else "bold")
         head.append(f"{s.steps} step(s) done")
         if s.total_steps is not None:  # step numbers, not a count: a resumed run starts late
             head.append(f", last step {s.last_step} of {s.total_steps}" if s.last_step is not None
@@ -238,6 +258,11 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
         if _silent(p, s) and p.last_heard_unix_ns is not None and p.replaced_by_pid is None:
             state = ("STALLED, " if p.stalled else "") + (
                 f"silent {clock(max(0, s.now_unix_ns - p.last_heard_unix_ns))}")
+        elif p.silent and p.alive is None and state == "running":
+            # The run is over and it stopped beating with it (Ray's shutdown kills actors): on
+            # another host its pid cannot be looked up, and six ranks of a failed run read
+            # 'running' in an open span two minutes after the end.
+            state = "silent since the end"
         if o is None:
             idle = "(shut down)" if p.clean_shutdown else "(nothing open)"
             table.add_row(_rank_label(p, s), state if _silent(p, s) else "", Text(idle, style="dim"),
@@ -257,7 +282,10 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
             parts.append(Text(p.stack))
     if s.last_error is not None:
         e = s.last_error
-        said = f": {_first_line(e.message)}" if e.message else ""
+        said = f": {first_line(e.message)}" if e.message else ""
+        if e.named_pids:
+            said += " (in the message: " + ", ".join(
+                f"pid {pid} is {who}" for pid, who in zip(e.named_pids, e.named_processes, strict=True)) + ")"
         parts.append(Text(f"last error: {span_label(e.name)} on {e.worker_group}/{e.rank}, "
                           f"{clock(max(0, s.now_unix_ns - e.end_unix_ns))} ago{said} "
                           f"({s.errors} span(s) ended in error)", style="red"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rlsight._semconv import STEP_SPAN
+from rlsight._status_message import first_line
 from rlsight._terminal import terminal_safe
 from rlsight.analysis.model import (
     Engine,
@@ -18,6 +19,8 @@ __all__ = [
     "clock",
     "count",
     "engine_outcomes",
+    "error_line",
+    "first_line",
     "open_label",
     "open_span_text",
     "pct",
@@ -108,7 +111,32 @@ def summary_line(report: RunReport) -> str:
     parts += [f"wall {clock(s.buckets.wall_ns)}", f"steps {s.steps}", f"goodput {s.goodput_pct:.1f}%"]
     where = "driver timeline" if len(s.controller_timelines) == 1 else (
         f"{len(s.controller_timelines)} controller timelines" if s.controller_timelines else "no steps")
-    return "  ".join(parts) + f"   ({where})" + _hung_tail(report)
+    return "  ".join(parts) + f"   ({where})" + (_hung_tail(report) or _failed_tail(report))
+
+
+def _failed_tail(report: RunReport) -> str:
+    """``; failed in step 5: RuntimeError: loss is NaN`` for a run whose ``rl.job`` ended in
+    error: the driver raised out of its loop (the report read as a run that finished)."""
+    pm = report.postmortem
+    if pm is None or pm.job_error is None:
+        return ""
+    where = f" in step {pm.failed_step}" if pm.failed_step is not None else ""
+    said = f": {first_line(pm.job_error.message)}" if pm.job_error.message else ""
+    return f"; failed{where}{said} (see errors)"
+
+
+def error_line(pm: PostMortem | None) -> str | None:
+    """``3 span(s) ended in error; last: rl.job on driver/0, 0m00s before the end: ...``."""
+    if pm is None or pm.last_error is None:
+        return None
+    e = pm.last_error
+    said = f": {first_line(e.message)}" if e.message else ""
+    if e.named_pids:
+        said += " (in the message: " + ", ".join(
+            f"pid {pid} is {who}" for pid, who in zip(e.named_pids, e.named_processes, strict=True)) + ")"
+    return (f"{pm.errors} span(s) ended in error; last: {span_label(e.name)} on "
+            f"{e.worker_group}/{e.rank}, {clock(max(0, pm.as_of_unix_ns - e.end_unix_ns))} before "
+            f"the end{said}")
 
 
 def _hung_tail(report: RunReport) -> str:

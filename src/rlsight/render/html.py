@@ -21,6 +21,7 @@ from rlsight.render._format import (
     clock,
     count,
     engine_outcomes,
+    error_line,
     pct,
     postmortem_rows,
     postmortem_summary,
@@ -279,6 +280,9 @@ def _sections(report: RunReport) -> list[str]:
                         "YES" if g.flagged else ""] for g in report.volume.groups]))
     out.append("<h2>Open at end</h2>")
     pm = report.postmortem
+    errors = error_line(pm)
+    if errors is not None:
+        out.append(f'<p class="bad">{_e(errors)}</p>')
     summary = postmortem_summary(pm)
     out.append(f'<p class="{"muted" if summary == "none" or pm is None else "bad"}">{_e(summary)}</p>')
     if pm is not None and pm.processes:

@@ -15,6 +15,7 @@ from rlsight.render._format import (
     clock,
     count,
     engine_outcomes,
+    error_line,
     pct,
     postmortem_rows,
     postmortem_summary,
@@ -38,6 +39,8 @@ MAX_FINDINGS: Final = 5
 #: A two-rank gap smaller than this share of the faster rank's time is not printed: it is the
 #: same 5% noise floor the straggler rule puts under its MAD.
 PAIR_MATERIAL_PCT: Final = 5.0
+#: Nor one smaller than this share of the median step: the straggler rule's floor too.
+PAIR_MATERIAL_STEP_SHARE: Final = 0.01
 _COLUMNS: Final = ("productive", "overhead", "idle", "wasted", "unattributed", "wall")
 
 
@@ -154,9 +157,12 @@ def render_report(report: RunReport, console: Console) -> None:
         insufficient = sum(i.steps for i in s.insufficient)
         line(f"stragglers   none in {s.checks} comparison(s)"
              + (f"; {insufficient} with insufficient evidence" if insufficient else ""))
-    # Two-rank gaps below the straggler noise floor are jitter: the JSON keeps them all, the
-    # terminal names only the ones that could matter.
-    material = sorted((p for p in s.pairs if p.median_gap_pct >= PAIR_MATERIAL_PCT),
+    # Two-rank gaps below the straggler noise floors are jitter: the JSON keeps them all, the
+    # terminal names only the ones that could matter (a 0.35 ms gap on a data-plane call,
+    # +75%, read as a finding in 4 s steps).
+    step_ns = report.step_summary.wall.median_ns if report.step_summary is not None else 0.0
+    material = sorted((p for p in s.pairs if p.median_gap_pct >= PAIR_MATERIAL_PCT
+                       and p.median_gap_ns >= PAIR_MATERIAL_STEP_SHARE * step_ns),
                       key=lambda p: -p.median_gap_pct)
     for i, pair in enumerate(material[:MAX_FINDINGS]):
         line(("two ranks    " if i == 0 else "             ")
@@ -165,7 +171,7 @@ def render_report(report: RunReport, console: Console) -> None:
              f"(+{pair.median_gap_pct:.1f}%); a straggler verdict needs 3 ranks")
     if s.pairs and not material:
         line(f"two ranks    {len(s.pairs)} span name(s) compared between two ranks; none slower "
-             f"by {PAIR_MATERIAL_PCT:.0f}% or more")
+             f"by {PAIR_MATERIAL_PCT:.0f}% or more and {PAIR_MATERIAL_STEP_SHARE:.0%} of the median step")
     vol = volume_lines(report)
     for i, text in enumerate(vol):
         line(("volume       " if i == 0 else "             ") + text,
@@ -189,6 +195,9 @@ def render_report(report: RunReport, console: Console) -> None:
         line(f"discarded    {secs(work, digits)}s of earlier work thrown away ({reason}, {calls} "
              "discard call(s)); counted as wasted in the discarding steps")
     pm = report.postmortem
+    errors = error_line(pm)
+    if errors is not None:
+        line(f"errors       {errors}", "red")
     summary = postmortem_summary(pm)
     line(f"open at end  {summary}", None if summary == "none" or pm is None else "red")
     if pm is not None:

@@ -151,8 +151,9 @@ class _IdIndex:
         found = self._span_id[cand] == ids
         if len(self.spill):
             miss = (~found).nonzero()[0]
-            at = np.minimum(np.searchsorted(self.spill_ids, ids[miss]), len(self.spill) - 1)
-            hit = self.spill_ids[at] == ids[miss]
+            missed = ids[miss]
+            at = np.minimum(np.searchsorted(self.spill_ids, missed), len(self.spill) - 1)
+            hit = self.spill_ids[at] == missed
             cand[miss] = np.where(hit, self.spill[at], -1)
             return cand
         out: I64 = np.where(found, cand, -1)

@@ -5,7 +5,8 @@
    creating those 1,000 spans costs the run in the first place (SDK start + end, local store
    off), so the ratio says how much the online summary adds to a step; and its parts, so the
    breakdown is measured in the same run: taking the step's rows, building the columns, the
-   report's table and rollup, and the rest (summary dict, metrics, bookkeeping).
+   report's table and rollup, the summary dict and its ``rl.goodput.*`` metrics (the rest is
+   bookkeeping). The step's parent ``rl.job`` is still open, as in a run.
    Beside it, what every process pays every 10 s in a background thread for its busy time
    (``rl.goodput.process.seconds``) when those spans fall in one window.
 2. The per-span filing, measured the way a run pays it: creating the same spans through the
@@ -32,8 +33,9 @@ from _harness import compare, emit_json, parse_args, ratio_table
 
 import rlsight
 from rlsight import RL, TelemetryConfig
-from rlsight._step_rollup import StepRollupProcessor, _row
-from rlsight.analysis.online import LiveSpans, live_columns, step_goodput, window_buckets
+from rlsight._step_rollup import StepRollupProcessor, _record, _row
+from rlsight.analysis.online import LiveSpans, StepGoodput, live_columns, step_goodput, window_buckets
+from rlsight.step_summary import SUMMARY_BUCKETS, summary_dict
 
 SPANS = 1_000
 
@@ -61,7 +63,7 @@ def main() -> None:
                     pass
             del i
 
-    with rlsight.job_span():
+    with rlsight.job_span() as job:
         with rlsight.step_span(1) as step:
             make_spans()
             first_row = proc._open_steps[step.get_span_context().span_id]
@@ -71,7 +73,11 @@ def main() -> None:
     assert summary["rlsight/productive_s"] > 0, summary
 
     step_id = step.get_span_context().span_id
-    rows = [*children, *_row(step)]  # type: ignore[arg-type]
+    # In a run the step's parent, rl.job, is still open when the step ends: the roll-up reads
+    # it among the open spans (as ending now), outside the step's window, so it is placed by time.
+    open_job = list(_row(job))  # type: ignore[arg-type]
+    open_job[1] = None
+    rows = [*children, *_row(step), *open_job]  # type: ignore[arg-type]
     now = step.end_time  # type: ignore[attr-defined]
 
     def rollup() -> None:
@@ -86,6 +92,13 @@ def main() -> None:
 
     spans = take()
     cols = live_columns(spans)
+    goodput = step_goodput(cols, step_id)
+    assert goodput is not None
+
+    def summarise(result: StepGoodput) -> None:
+        summary = summary_dict(result.step, {b: result.buckets.get(b) for b in SUMMARY_BUCKETS},
+                               result.contributors)
+        _record(telemetry, result, summary)
 
     def create_spans() -> None:
         make_spans()
@@ -109,6 +122,7 @@ def main() -> None:
                        "  part: taking the step's rows": take,
                        "  part: building the columns": lambda: live_columns(spans),
                        "  part: the report's table and rollup": lambda: step_goodput(cols, step_id),
+                       "  part: the summary and its metrics": lambda: summarise(goodput),
                        "busy-time window of the same spans": lambda: window_buckets(
                            live_columns(take()),
                            step.start_time, now)},  # type: ignore[attr-defined]

@@ -267,7 +267,8 @@ def build_table(cols: SpanColumns) -> SpanTable:
                             len(traces))
     if order is not None:
         cols = reorder(cols, order)
-        timeline = timeline[order]
+        if len(tl_process) > 1:  # (one timeline: every span's is 0, in any order)
+            timeline = timeline[order]
     # Deduplicate (trace, span id): keep the first in canonical order.
     # Span ids are random 64-bit numbers: when none repeats, no (trace, id) pair can, and
     # the parent search reuses the index of the ids.

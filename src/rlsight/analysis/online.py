@@ -86,9 +86,18 @@ class LiveSpans:
     rows: list[Any]
     now: int
     resource: Mapping[str, Any]
+    first: int = 0
+    """Where the spans' rows begin in :attr:`rows`: the driver's roll-up hands over the
+    processor's own list, not a copy of its part (a copy and its release touch every object
+    of the step's spans twice)..."""
+    stop: int | None = None
+    """...and where they end (``None``: at its end), then :attr:`more`."""
+    more: list[Any] = dataclasses.field(default_factory=list)
+    """Rows after them (the spans still open)."""
 
     def __len__(self) -> int:
-        return len(self.rows) // _ROW
+        stop = len(self.rows) if self.stop is None else self.stop
+        return (stop - self.first + len(self.more)) // _ROW
 
 
 def live_columns(spans: LiveSpans) -> SpanColumns:
@@ -106,10 +115,14 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
     are shared strings that sort in that order: a window whose spans are roots has a trace
     each, and formatting each id cost more than the rest of its columns.
     """
-    rows = spans.rows
+    rows, begin, more = spans.rows, spans.first, spans.more
+    stop = len(rows) if spans.stop is None else spans.stop
     n = len(spans)
-    starts, ends, trace_ids, span_ids, parent_ids, span_names, attrs = (
-        rows[i::_ROW] for i in range(_ROW))
+    fields = [rows[begin + i:stop:_ROW] for i in range(_ROW)]
+    if more:
+        for i, field in enumerate(fields):
+            field += more[i::_ROW]
+    starts, ends, trace_ids, span_ids, parent_ids, span_names, attrs = fields
     # Small codes go through ``bytes``: its C loop takes them without numpy's per-value
     # conversion (~8 ns a value less than ``np.fromiter``).
     codes: Mapping[Any, int] = _BUCKET_BYTES

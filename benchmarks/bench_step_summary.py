@@ -5,7 +5,8 @@
    creating those 1,000 spans costs the run in the first place (SDK start + end, local store
    off), so the ratio says how much the online summary adds to a step; and its parts, so the
    breakdown is measured in the same run: taking the step's rows, building the columns, the
-   report's table and rollup, and the rest (summary dict, metrics, bookkeeping).
+   report's table and rollup, the summary dict and its ``rl.goodput.*`` metrics (the rest is
+   bookkeeping). The step's parent ``rl.job`` is still open, as in a run.
    Beside it, what every process pays every 10 s in a background thread for its busy time
    (``rl.goodput.process.seconds``) when those spans fall in one window.
 2. The per-span filing, measured the way a run pays it: creating the same spans through the
@@ -20,20 +21,27 @@ Times are the calling thread's CPU time (``thread_time_ns``): what the driver pa
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from _harness import compare, emit_json, parse_args, ratio_table
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import rlsight
 from rlsight import RL, TelemetryConfig
-from rlsight._step_rollup import StepRollupProcessor, _row
-from rlsight.analysis.online import LiveSpans, live_columns, step_goodput, window_buckets
+from rlsight._instruments import InstrumentCache
+from rlsight._step_rollup import StepRollupProcessor, _record, _row
+from rlsight.analysis.online import LiveSpans, StepGoodput, live_columns, step_goodput, window_buckets
+from rlsight.step_summary import SUMMARY_BUCKETS, summary_dict
 
 SPANS = 1_000
 
@@ -61,7 +69,7 @@ def main() -> None:
                     pass
             del i
 
-    with rlsight.job_span():
+    with rlsight.job_span() as job:
         with rlsight.step_span(1) as step:
             make_spans()
             first_row = proc._open_steps[step.get_span_context().span_id]
@@ -71,7 +79,11 @@ def main() -> None:
     assert summary["rlsight/productive_s"] > 0, summary
 
     step_id = step.get_span_context().span_id
-    rows = [*children, *_row(step)]  # type: ignore[arg-type]
+    # In a run the step's parent, rl.job, is still open when the step ends: the roll-up reads
+    # it among the open spans (as ending now), outside the step's window, so it is placed by time.
+    open_job = list(_row(job))  # type: ignore[arg-type]
+    open_job[1] = None
+    rows = [*children, *_row(step), *open_job]  # type: ignore[arg-type]
     now = step.end_time  # type: ignore[attr-defined]
 
     def rollup() -> None:
@@ -80,12 +92,32 @@ def main() -> None:
         proc._open_steps[step_id] = 0
         proc._step_ended(step_id, now)
 
-    def take() -> LiveSpans:
+    def take() -> LiveSpans:  # as the step's roll-up takes them
+        proc._rows[:] = rows
+        return proc._take_step(0, now)
+
+    def take_window() -> LiveSpans:  # as a busy-time window takes them
         proc._rows[:] = rows
         return proc._take(0, now, [])[2]
 
-    spans = take()
+    # The step's rows stay in the processor's list, which other measurements clear: the
+    # columns part reads them from a list of its own.
+    spans = dataclasses.replace(take(), rows=list(rows))
     cols = live_columns(spans)
+    goodput = step_goodput(cols, step_id)
+    assert goodput is not None
+
+    def summarise(result: StepGoodput, runtime: Any = telemetry) -> None:
+        summary = summary_dict(result.step, {b: result.buckets.get(b) for b in SUMMARY_BUCKETS},
+                               result.contributors)
+        _record(runtime, result, summary)
+
+    # This setup has no metric reader (local store off), so a metric costs ~2.5 us to record;
+    # a run's local store (or Prometheus, or OTLP) attaches one, and then each costs ~6 us:
+    # the same recording on a meter with one reader, as a part of its own.
+    with_reader = SimpleNamespace(
+        meter=MeterProvider(metric_readers=[InMemoryMetricReader()]).get_meter("rlsight"),
+        run_state=SimpleNamespace(instruments=InstrumentCache()))
 
     def create_spans() -> None:
         make_spans()
@@ -109,8 +141,11 @@ def main() -> None:
                        "  part: taking the step's rows": take,
                        "  part: building the columns": lambda: live_columns(spans),
                        "  part: the report's table and rollup": lambda: step_goodput(cols, step_id),
+                       "  part: the summary and its metrics": lambda: summarise(goodput),
+                       "  part: the same with one metric reader": lambda: summarise(
+                           goodput, with_reader),
                        "busy-time window of the same spans": lambda: window_buckets(
-                           live_columns(take()),
+                           live_columns(take_window()),
                            step.start_time, now)},  # type: ignore[attr-defined]
                       number=1, rounds=3 * rounds, loop_overhead=False, clock=time.thread_time_ns)
 

@@ -106,14 +106,19 @@ def _row(span: ReadableSpan) -> tuple[Any, ...]:
                 0 if parent is None else parent.span_id, span.name, span.attributes)
 
 
+def _rows_of(spans: Iterable[ReadableSpan]) -> list[Any]:
+    """The rows of ``spans`` laid end to end, read from the span objects."""
+    rows: list[Any] = []
+    for span in spans:
+        rows += _row(span)
+    return rows
+
+
 def live_spans(spans: Iterable[ReadableSpan], now: int, resource: Any) -> LiveSpans:
     """The rows of ``spans``, read from the span objects (the spans still open at a roll-up)."""
     from rlsight.analysis.online import LiveSpans
 
-    rows: list[Any] = []
-    for span in spans:
-        rows += _row(span)
-    return LiveSpans(rows, now, resource)
+    return LiveSpans(_rows_of(spans), now, resource)
 
 
 class StepRollupProcessor(SpanProcessor):
@@ -239,9 +244,19 @@ class StepRollupProcessor(SpanProcessor):
         if carried:
             out[:0] = carried
         count = len(out) // _ROW
-        for span in still_open:
-            out += _row(span)
+        out += _rows_of(still_open)
         return taken, count, LiveSpans(out, now, self._runtime.resource_attributes)
+
+    def _take_step(self, first_row: int, now: int) -> LiveSpans:
+        """:meth:`_take` for a step's roll-up: its rows stay in place in the processor's list
+        (read under the lock, which every trim of the list takes; rows filed meanwhile come
+        after ``stop``), not copied: a copy and its release touch every object of the step."""
+        from rlsight.analysis.online import LiveSpans
+
+        still_open = list(self._open.values())  # first, as in _take
+        filed = len(self._rows)
+        return LiveSpans(self._rows, now, self._runtime.resource_attributes,
+                         (first_row - self._first) * _ROW, filed, _rows_of(still_open))
 
     def _trim(self) -> None:
         """Drop the rows before the current window and every open step."""
@@ -259,10 +274,9 @@ class StepRollupProcessor(SpanProcessor):
             if first_row is None:
                 return
             try:
-                _, _, spans = self._take(first_row, end, [])
                 from rlsight.analysis.online import live_columns
 
-                self._roll_up(sid, live_columns(spans))
+                self._roll_up(sid, live_columns(self._take_step(first_row, end)))
             except Exception as exc:  # the runtime's guard: log once (raise when strict), run goes on
                 self._runtime.report_internal_error("step-goodput", exc)
             finally:

@@ -55,6 +55,20 @@ def test_max_cover_segments_tile_each_group_between_its_points(rows, marks):
         assert (cover.group[seg], cover.start[seg]) == (mg, mt)
 
 
+@given(intervals, st.lists(st.integers(0, 40), max_size=5), st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_max_cover_of_one_group_given_as_none_is_that_of_its_group_0(rows, marks, wide):
+    """``group=None`` (the driver's one timeline) skips the group keys; the same cover."""
+    _, s, e, p = _arrays(rows)
+    s, e = s << (57 * wide), e << (57 * wide)  # times too wide to pack with groups, too
+    t = np.asarray(marks, dtype=np.int64) << (57 * wide)
+    zeros = np.zeros(len(s), np.int64)
+    want = max_cover(zeros, s, e, p, np.zeros(len(t), np.int64), t)
+    got = max_cover(None, s, e, p, None, t)
+    for field in ("group", "start", "end", "winner", "marks"):
+        assert getattr(got, field).tolist() == getattr(want, field).tolist(), field
+
+
 def test_max_cover_rejects_negative_priorities():
     """Priorities are packed with the index; a negative one would corrupt the packing."""
     one = np.asarray([0], dtype=np.int64)

@@ -80,6 +80,25 @@ def test_live_columns_equal_a_per_span_reading(rows):
     assert len({len(getattr(cols, f)) for f in ("group", "process", "status", "source_file")}) == 1
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(_span, max_size=12), st.integers(0, 3), st.integers(0, 3), st.data())
+def test_rows_in_place_in_a_longer_list_are_read_as_their_copy(rows, before, after, data):
+    """The driver's roll-up hands over the processor's list (its rows from ``first`` to
+    ``stop``, then the open spans' rows in ``more``): the columns of the copy."""
+    flat = [x for trace, sid, parent, name, start, end, attrs in rows
+            for x in (start, end, trace, sid, parent or 0, name, attrs)]
+    split = 7 * data.draw(st.integers(0, len(rows)))
+    other = [0, None, 9, 9, 0, "rl.other", {"rl.bucket": "idle", "thread.id": 3}]
+    in_place = [*other * before, *flat[:split], *other * after]
+    spans = LiveSpans(in_place, 10**7, {}, 7 * before, 7 * before + split, flat[split:])
+    assert len(spans) == len(rows)
+    got, want = live_columns(spans), live_columns(LiveSpans(flat, 10**7, {}))
+    for field in ("start", "end", "trace", "span_id", "parent_id", "name", "bucket", "concurrent",
+                  "thread", "step_no"):
+        assert getattr(got, field).tolist() == getattr(want, field).tolist(), field
+    assert got.names == want.names and got.traces == want.traces
+
+
 def test_spans_with_plain_and_bounded_attributes_are_read_alike():
     """A LeanSpan keeps a plain dict, an SDK span the SDK's BoundedAttributes: both are read
     as dicts, and an attribute set on a LeanSpan after it started is read too."""

@@ -6,7 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlsight.analysis._sorting import lexsort, lexsort_unless_sorted
+from rlsight.analysis._order import canonical_order
+from rlsight.analysis._sorting import lexsort, lexsort_ties
 
 _INT64 = st.integers(-(2**63), 2**63 - 1)
 _SMALL = st.integers(-3, 3)
@@ -53,33 +54,34 @@ def test_packed_keys_sort_like_numpy_on_span_like_columns() -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(_keys(), st.data())
-def test_lexsort_unless_sorted_is_numpys_or_says_the_identity(keys: list[np.ndarray], data) -> None:
-    """None only where np.lexsort's permutation is the identity; else that permutation."""
+def test_lexsort_ties_is_numpys(keys: list[np.ndarray], data) -> None:
+    """The primary key decides, the others only break its ties: np.lexsort's permutation."""
     keys = [k.astype(np.int64) if k.dtype == np.bool_ else k for k in keys]
     n = len(keys[0])
     primary = np.array(data.draw(st.lists(_SMALL | _INT64, min_size=n, max_size=n)), np.int64)
     if data.draw(st.booleans()):
         primary = np.sort(primary)  # often in order, with or without ties
-    expected = np.lexsort((*keys, primary)).tolist()
-    got = lexsort_unless_sorted(primary, keys)
-    if got is None:
-        assert expected == list(range(n))
-    else:
-        assert got.tolist() == expected
+    assert lexsort_ties(primary, keys).tolist() == np.lexsort((*keys, primary)).tolist()
 
 
-def test_lexsort_unless_sorted_sees_columns_handed_over_in_order() -> None:
+def test_canonical_order_sees_columns_handed_over_in_order() -> None:
     """Spans already in (start, longest first) order need no permutation."""
     start = np.arange(0, 100, 10, dtype=np.int64)
     end = start + 5
     ids = np.arange(10, 0, -1, dtype=np.uint64)
-    assert lexsort_unless_sorted(start, [ids, -end]) is None
-    assert lexsort_unless_sorted(start[::-1].copy(), [ids, -end]) is not None
+    zeros = np.zeros(10, np.int64)
+
+    def order(start: np.ndarray) -> list[int] | None:
+        got = canonical_order(start, end, zeros, ids, zeros, 1, 1)
+        return None if got is None else got.tolist()
+
+    assert order(start) is None
+    assert order(start[::-1].copy()) == list(range(9, -1, -1))
     # Two spans start together, the longer first: the tie is broken by the end, then the id.
     start[1], end[1] = start[0], end[0] - 1
-    assert lexsort_unless_sorted(start, [ids, -end]).tolist() == list(range(10))
+    assert order(start) is None
     end[1] = end[0]
-    assert lexsort_unless_sorted(start, [ids, -end]).tolist() == [1, 0, *range(2, 10)]
+    assert order(start) == [1, 0, *range(2, 10)]
 
 
 def test_a_key_spanning_2_to_the_63_after_a_constant_one_sorts_like_numpy() -> None:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 from _build import RunBuilder, analyze
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlsight.analysis._steps import _by_time
 
 
 def _steps_of(run: RunBuilder) -> dict[str, list[int]]:
@@ -41,3 +46,17 @@ def test_a_span_enclosing_steps_belongs_to_none(run: RunBuilder):
     d.step(2, 10, 20)
     groups = {g.group: g for g in analyze(run).volume.groups}
     assert groups["job"].per_step == [0, 0] and groups["job"].outside_steps == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 20), st.integers(0, 20),
+       st.lists(st.tuples(st.integers(-5, 30), st.integers(-5, 30)), max_size=12))
+def test_one_step_places_spans_by_time_as_the_search_over_several_does(a, b, spans):
+    """The one-step shortcut (the driver's online rollup) against the general search, which a
+    second step after every span's time leaves unchanged for the first."""
+    start, end = min(a, b), max(a, b)
+    s = np.asarray([x for x, _ in spans], np.int64)
+    e = np.asarray([y for _, y in spans], np.int64)
+    one = _by_time(np.asarray([start]), np.asarray([end]), s, e)
+    two = _by_time(np.asarray([start, 100]), np.asarray([end, 101]), s, e)
+    assert one.dtype == two.dtype and one.tolist() == two.tolist()

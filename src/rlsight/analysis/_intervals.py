@@ -53,11 +53,12 @@ class Cover:
 
     def pick(self, values: I64, default: int = -1) -> I64:
         """``values[winner]`` for each segment, ``default`` where no interval covers it."""
-        if not len(values):  # then no interval covers anything
-            return np.full(len(self.winner), default, dtype=np.int64)
-        # ``values[-1]`` is read where nothing covers a segment, and replaced.
-        out: I64 = np.where(self.winner >= 0, values[self.winner], default).astype(
-            np.int64, copy=False)
+        # One gather from the values with ``default`` after them, which a winner of -1 reads
+        # (half the passes of a gather and a ``where``).
+        ext = np.empty(len(values) + 1, np.int64)
+        ext[:-1] = values
+        ext[-1] = default
+        out: I64 = ext[self.winner]
         return out
 
     @property
@@ -66,35 +67,47 @@ class Cover:
         return self.end - self.start
 
 
-def _sort_points(groups: I64, times: I64) -> tuple[I64, I64, I64]:
-    """Unique (group, time) points in order, and each input point's index among them."""
-    lo, hi = int(times.min()), int(times.max())
-    width = hi - lo + 1
-    first, last = int(groups.min()), int(groups.max())
+def _sort_points(groups: I64 | None, times: I64) -> tuple[I64, I64, I64]:
+    """Unique (group, time) points in order, and each input point's index among them
+    (``groups`` ``None``: every point is in group 0)."""
+    if groups is None:
+        first = last = 0
+    else:
+        first, last = int(groups.min()), int(groups.max())
     one = first == last
-    packed = one or (last + 1) * width < 1 << 62
-    if packed:
-        # One int64 key, group-major then time (one group: the time). Callers pass points in
-        # long sorted runs (spans in canonical order), which a stable sort (timsort) merges far
-        # faster than lexsort.
-        key = times - lo if one else groups * width + (times - lo)
-        order = key.argsort(kind="stable")
-        sorted_key = key[order]
-        # The number of distinct points before each sorted point: its point's index.
-        rank = np.empty(len(order), dtype=np.int64)
-        rank[0] = 0
-        np.not_equal(sorted_key[1:], sorted_key[:-1], out=rank[1:])
-        rank = np.add.accumulate(rank)
-        points = np.empty(int(rank[-1]) + 1, dtype=np.int64)
-        points[rank] = sorted_key
-        uid = np.empty(len(order), dtype=np.int64)
-        uid[order] = rank
-        if one:
-            seg_group = np.zeros(len(points), np.int64) if first == 0 else np.full(
-                len(points), first, np.int64)
-            return seg_group, points + lo, uid
-        group_of, offset = np.divmod(points, width)
-        return group_of, offset + lo, uid
+    if one:  # the time is the key (the driver's online rollup: one timeline)
+        key = times
+    else:
+        assert groups is not None
+        lo = int(times.min())
+        width = int(times.max()) - lo + 1
+        if (last + 1) * width >= 1 << 62:
+            return _lexsort_points(groups, times)
+        # One int64 key, group-major then time.
+        key = groups * width + (times - lo)
+    # Callers pass points in long sorted runs (spans in canonical order), which a stable sort
+    # (timsort) merges far faster than lexsort.
+    order = key.argsort(kind="stable")
+    sorted_key = key[order]
+    # The number of distinct points before each sorted point: its point's index.
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[0] = 0
+    np.not_equal(sorted_key[1:], sorted_key[:-1], out=rank[1:])
+    rank = np.add.accumulate(rank)
+    points = np.empty(int(rank[-1]) + 1, dtype=np.int64)
+    points[rank] = sorted_key
+    uid = np.empty(len(order), dtype=np.int64)
+    uid[order] = rank
+    if one:
+        seg_group = np.zeros(len(points), np.int64) if first == 0 else np.full(
+            len(points), first, np.int64)
+        return seg_group, points, uid
+    group_of, offset = np.divmod(points, width)
+    return group_of, offset + lo, uid
+
+
+def _lexsort_points(groups: I64, times: I64) -> tuple[I64, I64, I64]:
+    """:func:`_sort_points` for times too far apart to pack with the group into an int64."""
     order = lexsort((times, groups))
     gs, ts = groups[order], times[order]
     new = np.empty(len(order), dtype=bool)
@@ -161,7 +174,7 @@ def _sparse_range_max(size: int, lo: I64, hi: I64, values: I64, length: I64) -> 
 
 
 def max_cover(
-    group: I64,
+    group: I64 | None,
     start: I64,
     end: I64,
     priority: I64,
@@ -172,6 +185,7 @@ def max_cover(
 
     Args:
         group: Group of each interval (a timeline, a rank); groups never interact.
+            ``None``: one group, 0, for the intervals and the marks (``mark_group`` unused).
         start: Interval starts, integer nanoseconds.
         end: Interval ends; intervals with ``end <= start`` cover nothing.
         priority: Higher wins; equal priorities go to the lower interval index.
@@ -183,7 +197,6 @@ def max_cover(
     Raises:
         ValueError: a priority is negative or too large to pack with the interval index.
     """
-    mg = np.zeros(0, np.int64) if mark_group is None else np.asarray(mark_group, np.int64)
     mt = np.zeros(0, np.int64) if mark_time is None else np.asarray(mark_time, np.int64)
     if len(priority) and (priority.min() < 0 or priority.max() > _MAX_PRIORITY):
         raise ValueError(
@@ -193,7 +206,10 @@ def max_cover(
     n = len(start)
     if n > _INDEX_MASK:
         raise ValueError(f"max_cover handles at most {_INDEX_MASK} intervals, got {n}")
-    groups = np.concatenate((group, group, mg)).astype(np.int64, copy=False)
+    groups = None
+    if group is not None:
+        mg = np.zeros(0, np.int64) if mark_group is None else np.asarray(mark_group, np.int64)
+        groups = np.concatenate((group, group, mg)).astype(np.int64, copy=False)
     times = np.concatenate((start, end, mt)).astype(np.int64, copy=False)
     if len(times) == 0:
         empty = np.zeros(0, np.int64)

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from rlsight.analysis._sorting import lexsort, lexsort_unless_sorted
+from rlsight.analysis._sorting import lexsort, lexsort_ties
 from rlsight.analysis.columns import SpanColumns
 from rlsight.store._schema import AttributeValue
 
@@ -136,7 +136,7 @@ def canonical_order(
         primary = timeline * width + (start - lo)
     if _non_decreasing((primary, *reversed(ties))):
         return None
-    return lexsort_unless_sorted(primary, ties)
+    return lexsort_ties(primary, ties)  # (not in order: no second look at whether it is)
 
 
 def sort_part(cols: SpanColumns) -> SpanColumns:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["lexsort", "lexsort_unless_sorted"]
+__all__ = ["lexsort", "lexsort_ties"]
 
 _LIMIT = 1 << 63
 
@@ -64,16 +64,12 @@ def lexsort(keys: Sequence[NDArray[np.generic]]) -> NDArray[np.intp]:
     return _sort_chunks(_chunks(keys))
 
 
-def lexsort_unless_sorted(
-    primary: NDArray[np.int64], ties: Sequence[NDArray[np.integer]],
-) -> NDArray[np.intp] | None:
+def lexsort_ties(primary: NDArray[np.int64], ties: Sequence[NDArray[np.integer]]) -> NDArray[np.intp]:
     """``np.lexsort((*ties, primary))`` (``ties`` least significant first, as ``np.lexsort``
-    takes keys), or ``None`` where that is the identity because ``primary`` increases
-    strictly: columns handed over in order need no permutation. ``ties`` are read only where
-    ``primary`` ties, so a key such as span start times needs no packing with the others."""
+    takes keys). ``ties`` are read only where ``primary`` ties, so a key such as span start
+    times needs no packing with the others. (The caller checks whether the columns are in
+    order already: :func:`rlsight.analysis._order.canonical_order`.)"""
     n = len(primary)
-    if n < 2 or (primary[1:] > primary[:-1]).all():
-        return None
     order = primary.argsort(kind="stable")
     sorted_primary = primary[order]
     eq = sorted_primary[1:] == sorted_primary[:-1]

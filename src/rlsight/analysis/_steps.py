@@ -70,6 +70,11 @@ def _superseded(number: I64) -> NDArray[np.bool_]:
 def _by_time(start: I64, end: I64, span_start: I64, span_end: I64) -> I64:
     """Step row by time: the window containing the span's start, else the next one it ends in."""
     n = len(start)
+    if n == 1:  # (the driver's online rollup) the one window holds the start, or the end
+        first, last = start[0], end[0]
+        before = span_start < first
+        hit = np.where(before, (span_end > first) & (span_end <= last), span_start < last)
+        return np.where(hit, 0, -1)
     row = np.searchsorted(start, span_start, side="right") - 1
     inside = (row >= 0) & (span_start < end[np.maximum(row, 0)])
     nxt = row + 1

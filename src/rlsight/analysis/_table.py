@@ -151,8 +151,9 @@ class _IdIndex:
         found = self._span_id[cand] == ids
         if len(self.spill):
             miss = (~found).nonzero()[0]
-            at = np.minimum(np.searchsorted(self.spill_ids, ids[miss]), len(self.spill) - 1)
-            hit = self.spill_ids[at] == ids[miss]
+            missed = ids[miss]
+            at = np.minimum(np.searchsorted(self.spill_ids, missed), len(self.spill) - 1)
+            hit = self.spill_ids[at] == missed
             cand[miss] = np.where(hit, self.spill[at], -1)
             return cand
         out: I64 = np.where(found, cand, -1)
@@ -266,7 +267,8 @@ def build_table(cols: SpanColumns) -> SpanTable:
                             len(traces))
     if order is not None:
         cols = reorder(cols, order)
-        timeline = timeline[order]
+        if len(tl_process) > 1:  # (one timeline: every span's is 0, in any order)
+            timeline = timeline[order]
     # Deduplicate (trace, span id): keep the first in canonical order.
     # Span ids are random 64-bit numbers: when none repeats, no (trace, id) pair can, and
     # the parent search reuses the index of the ids.

@@ -94,10 +94,12 @@ def partition_timelines(table: SpanTable, steps: Steps) -> TimelinePartition:
         take &= ~cols.concurrent
     cand = take.nonzero()[0]
     bucket = cols.bucket[cand].astype(np.int64)
+    one = len(table.timelines) <= 1  # one timeline (a driver's online rollup): no groups to sort
     cover = max_cover(
-        table.timeline[cand], cols.start[cand], cols.end[cand],
+        None if one else table.timeline[cand], cols.start[cand], cols.end[cand],
         table.depth[cand] * _DEPTH_WEIGHT + bucket,
-        np.concatenate((steps.timeline, steps.timeline)), np.concatenate((steps.start, steps.end)),
+        None if one else np.concatenate((steps.timeline, steps.timeline)),
+        np.concatenate((steps.start, steps.end)),
     )
     owner = cover.pick(cand)
     label = cover.pick(bucket)

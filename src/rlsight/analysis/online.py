@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import repeat
-from operator import is_, is_not
+from operator import is_, is_not, itemgetter
 from typing import Any, Final
 
 import numpy as np
@@ -48,8 +48,11 @@ __all__ = ["ROW_FIELDS", "LiveSpans", "StepGoodput", "live_columns", "step_goodp
 
 _INT64_MIN: Final = -(1 << 63)
 _INT64_MAX: Final = (1 << 63) - 1
-#: Each bucket name's code plus one (0: not a bucket name), to go through ``bytes``.
-_BUCKET_BYTES: Final = {name: code + 1 for name, code in BUCKET_CODES.items()}
+#: Each bucket name's code plus one, and 0 for no bucket (``None``), to go through ``bytes``.
+_BUCKET_BYTES: Final[dict[str | None, int]] = {
+    None: 0, **{name: code + 1 for name, code in BUCKET_CODES.items()}}
+#: A span's thread id from its attribute dict (``KeyError`` without one).
+_THREAD_OF: Final = itemgetter(THREAD_ID)
 #: How many spans' trace ids tell :func:`_trace_numbers` whether runs of one trace are long.
 _PROBE: Final = 256
 
@@ -83,9 +86,18 @@ class LiveSpans:
     rows: list[Any]
     now: int
     resource: Mapping[str, Any]
+    first: int = 0
+    """Where the spans' rows begin in :attr:`rows`: the driver's roll-up hands over the
+    processor's own list, not a copy of its part (a copy and its release touch every object
+    of the step's spans twice)..."""
+    stop: int | None = None
+    """...and where they end (``None``: at its end), then :attr:`more`."""
+    more: list[Any] = dataclasses.field(default_factory=list)
+    """Rows after them (the spans still open)."""
 
     def __len__(self) -> int:
-        return len(self.rows) // _ROW
+        stop = len(self.rows) if self.stop is None else self.stop
+        return (stop - self.first + len(self.more)) // _ROW
 
 
 def live_columns(spans: LiveSpans) -> SpanColumns:
@@ -103,17 +115,23 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
     are shared strings that sort in that order: a window whose spans are roots has a trace
     each, and formatting each id cost more than the rest of its columns.
     """
-    rows = spans.rows
+    rows, begin, more = spans.rows, spans.first, spans.more
+    stop = len(rows) if spans.stop is None else spans.stop
     n = len(spans)
-    starts, ends, trace_ids, span_ids, parent_ids, span_names, attrs = (
-        rows[i::_ROW] for i in range(_ROW))
+    fields = [rows[begin + i:stop:_ROW] for i in range(_ROW)]
+    if more:
+        for i, field in enumerate(fields):
+            field += more[i::_ROW]
+    starts, ends, trace_ids, span_ids, parent_ids, span_names, attrs = fields
     # Small codes go through ``bytes``: its C loop takes them without numpy's per-value
     # conversion (~8 ns a value less than ``np.fromiter``).
-    codes: Mapping[Any, int] = _BUCKET_BYTES  # any value that is not a bucket name: 0 (-1)
+    codes: Mapping[Any, int] = _BUCKET_BYTES
     get: Callable[[dict[str, Any], str], Any] = dict.get
-    try:
-        coded = bytes(map(codes.get, map(get, attrs, repeat(BUCKET, n)), repeat(0, n)))
-    except TypeError:  # attributes kept in another mapping than a dict (an SDK span's)
+    try:  # (``__getitem__`` of each value: a fifth less than ``get`` with a default)
+        coded = bytes(map(codes.__getitem__, map(get, attrs, repeat(BUCKET, n))))
+    except (KeyError, TypeError):
+        # A value that is not a bucket name (0 as well: -1), or attributes kept in another
+        # mapping than a dict (an SDK span's), which every pass below reads as a dict.
         attrs = [a if type(a) is dict else _as_dict(a) for a in attrs]
         coded = bytes(map(codes.get, map(get, attrs, repeat(BUCKET, n)), repeat(0, n)))
     bucket = np.frombuffer(coded, np.int8) - np.int8(1)
@@ -141,7 +159,10 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
     if any(map(dict.__contains__, attrs, repeat(CONCURRENT, n))):
         concurrent = np.frombuffer(  # a bytearray: writable, as the store reader's columns are
             bytearray(map(is_, map(get, attrs, repeat(CONCURRENT, n)), repeat(True, n))), np.bool_)
-    threads: list[Any] = list(map(get, attrs, repeat(THREAD_ID, n)))
+    try:  # every span has a thread id (rlsight's own do): a fifth less than ``get``
+        threads: list[Any] = list(map(_THREAD_OF, attrs))
+    except KeyError:
+        threads = list(map(get, attrs, repeat(THREAD_ID, n)))
     first = threads[0] if n else None
     if (type(first) is int and first not in (0, 1) and threads.count(first) == n
             and type(sum(threads)) is int):

@@ -115,17 +115,16 @@ class SpanFiler(Protocol):
 
     def _window_full(self) -> None: ...
 
-    def _step_ended(self, span_id: int, end: int) -> None: ...
-
 
 #: What a :class:`SpanFiler`'s ``lean_filing(starter)`` hands the route, so a LeanSpan files
-#: itself with no call into the processor: its dict of open spans (a span started under a
-#: name not in the last field is set in it by span id), its flat list of rows (a plain span's
-#: :data:`Row` is added to it as it ends, then its id leaves the open spans), the span ids
-#: whose end the processor must hear of (``_step_ended(span id, end)``), the processor, and
-#: the names whose spans start through its ``on_start`` (the rare ones it does more for).
-#: A span that ends with its row unmade (not plain) ends through the processor's ``on_end``.
-Filing = tuple[dict[int, Any], list[Any], Mapping[int, Any], SpanFiler, frozenset[str]]
+#: itself with no call into the processor: its dict of open spans (a span is set in it by
+#: span id as it starts), its flat list of rows (a plain span's :data:`Row` is added to it as
+#: it ends, then its id leaves the open spans, then the length is checked against
+#: ``_full_at``), the processor, and the name it does more for (a step span's): a span of
+#: that name starts through its ``on_start`` and is never plain, so it ends through its
+#: ``on_end``, as does any span that is no longer plain when it ends. (That way is right for
+#: any span: a name compared, not a set looked up, as most spans pass it.)
+Filing = tuple[dict[int, Any], list[Any], SpanFiler, str]
 
 
 def _default_sampler(sampler: object) -> bool:
@@ -275,8 +274,9 @@ class LeanStarter:
         span._start_time = start_time if start_time is not None else _sdk.time_ns()  # type: ignore[attr-defined]
         filing = route[4]
         if filing is not None:  # the filer's on_start, in place (see Filing)
-            if name in filing[4]:
-                filing[3].on_start(span, None)
+            if name == filing[3]:  # one it does more for: never plain, so it ends via on_end
+                span._bounded()
+                filing[2].on_start(span, None)
             else:
                 filing[0][span_id] = span
         for on_start in route[0]:
@@ -298,7 +298,8 @@ class LeanSpan(_Span):
     its :data:`Row` where a processor takes rows).
 
     Plain: its attributes were scalars within the limits, its context carries no trace state,
-    and nothing was set on it since (no attribute, status, event or link: the first such
+    its name is none its starter's filer does more for (:data:`Filing`), and nothing was set
+    on it since (no attribute, status, event or link: the first such
     call ends it). Its kind is INTERNAL (always), its status UNSET, it has no events, links
     or dropped attributes, and its resource and scope are its starter's: a processor that
     finds a plain dict in ``_attributes`` of an ended LeanSpan may rely on all of that.
@@ -379,10 +380,12 @@ class LeanSpan(_Span):
         try:
             if self._start_time is None:
                 raise RuntimeError("Calling end() on a not started span.")
-            ended = self._end_time is not None
+            end = self._end_time
+            ended = end is not None
             attrs: Any = self._attributes
             if not ended:
-                self._end_time = end_time if end_time is not None else _sdk.time_ns()  # type: ignore[attr-defined]
+                end = self._end_time = (end_time if end_time is not None
+                                        else _sdk.time_ns())  # type: ignore[attr-defined]
                 if type(attrs) is not dict:
                     attrs._immutable = True
         finally:
@@ -399,11 +402,10 @@ class LeanSpan(_Span):
                 context: Any = self._context
                 parent = self._parent
                 sid = context[1]
-                end = self._end_time
                 row: Any = (self._start_time, end, context[0], sid,
                             0 if parent is None else parent[1], self._name, attrs)
-                if filing is not None:  # the filer's on_end, in place (see Filing)
-                    opened, rows, watched, filer, _ = filing
+                if filing is not None:  # the filer's _file, in place (see Filing)
+                    opened, rows, filer, _ = filing
                     rows += row  # one atomic step under the GIL: the rows stay whole
                     # Filed before it leaves the open spans (a roll-up reads the open spans,
                     # then the rows: it sees it in either or both). Missing only if it started
@@ -414,13 +416,12 @@ class LeanSpan(_Span):
                         pass
                     if len(rows) >= filer._full_at:
                         filer._window_full()
-                    if sid in watched:
-                        filer._step_ended(sid, end or 0)
                 takes_rows, takes_spans = plain
                 for on_row in takes_rows:
                     on_row(row)
-                for on_end in takes_spans:
-                    on_end(self)
+                if takes_spans:  # rarely any: no loop set up for none
+                    for on_end in takes_spans:
+                        on_end(self)
                 return
             # The span itself, not a ReadableSpan copy: nothing can change it once ended.
             for on_end in ends:

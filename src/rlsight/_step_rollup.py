@@ -185,13 +185,12 @@ class StepRollupProcessor(SpanProcessor):
     def lean_filing(self, starter: object) -> Filing:
         """How rlsight's ``LeanStarter`` files its spans here with no call into this
         processor (``rlsight._lean.Filing``): a span sets itself in the open spans as it
-        starts (a step span comes through :meth:`on_start`) and, plain, files its row and
-        leaves them as it ends, as :meth:`_file` does (it calls :meth:`_window_full` and
-        :meth:`_step_ended` as :meth:`_file` does); any other span ends through
-        :meth:`on_end`. On the driver's step of 1,000 spans that is ~0.15 ms less than a call
-        in and out of this processor per span (``benchmarks/bench_step_summary.py``)."""
-        steps = frozenset({STEP_SPAN}) if self._steps else frozenset()
-        return self._open, self._rows, self._open_steps, self, steps
+        starts and, plain, files its row and leaves them as it ends, as :meth:`_file` does
+        (calling :meth:`_window_full` as it does). A step span starts through
+        :meth:`on_start` and ends through :meth:`on_end`, as does any span that is no longer
+        plain: the span's own check for an open step is spared every other span. Without
+        steps (a worker) the name is one no span has: the check passes every span by."""
+        return self._open, self._rows, self, STEP_SPAN if self._steps else "\0"
 
     def _file(self, row: tuple[Any, ...]) -> None:
         """File an ended span's row (see the module doc; ``rlsight._lean`` does the same in

@@ -478,8 +478,8 @@ def _route(processors: Sequence[SpanProcessor], starter: LeanStarter) -> Route:
     row is made once for all of them, and holds no span (see
     :class:`~rlsight._batching.BatchingSpanProcessor`). The first own processor whose
     ``lean_filing(starter)`` returns a :data:`Filing` (``rlsight._step_rollup``) is filed in
-    place: its ``on_start`` only for the names the filing lists, its ``on_end`` only for the
-    spans that end with no row.
+    place: its ``on_start`` only for spans of the name the filing gives, its ``on_end`` only
+    for the spans that end with no row.
     """
     starts: list[Callable[..., object]] = []
     ends: list[tuple[Callable[[Any], object], bool]] = []

@@ -152,3 +152,43 @@ def test_a_step_span_starts_through_the_processor_and_a_plain_span_does_not(tmp_
         assert calls == ["rl.step"]
         assert proc._open_steps == {} and proc._open == {}
         assert rlsight.last_step_summary()["rlsight/productive_s"] > 0
+
+
+def test_threads_filing_at_once_lose_no_row_and_leave_no_span_open(tmp_path: Path) -> None:
+    """Four threads start and end nested spans flat out: every span's row is filed whole,
+    once, and none stays among the open spans (each filing step is one operation under the
+    GIL; no lock is taken)."""
+    import sys
+    import threading
+
+    per_thread = 3_000
+    with rlsight.setup_telemetry(TelemetryConfig(run_dir=str(tmp_path), span_groups=["all"],
+                                                 strict=True, local_store=False)) as tel:
+        proc = tel._rollup
+        assert proc is not None
+        proc.shutdown()  # the rows stay: every one is counted below
+        ids: list[list[int]] = [[] for _ in range(4)]
+
+        def work(mine: list[int]) -> None:
+            for _ in range(per_thread // 2):
+                with rlsight.span(rlsight.RL.TRAINING, "rl.train.policy") as outer:
+                    with rlsight.span(rlsight.RL.REFIT, "rl.refit.push_weights") as inner:
+                        pass
+                mine += [outer.get_span_context().span_id, inner.get_span_context().span_id]
+
+        threads = [threading.Thread(target=work, args=(mine,)) for mine in ids]
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)  # threads taking turns within a span's filing
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            sys.setswitchinterval(switch)
+        rows = list(proc._rows)
+        assert proc._open == {}
+    filed = rows[3::7]
+    assert len(rows) == 4 * per_thread * 7
+    assert sorted(filed) == sorted(sid for mine in ids for sid in mine)
+    assert all(type(name) is str for name in rows[5::7]), "a row was torn"

@@ -17,7 +17,9 @@ fields every span shares live on the class, and start and end call the provider'
 processors directly. rlsight's own processors (the store, start records, the step roll-up,
 OTLP: classes that declare ``reads_span_in_place``) get the span itself, or, at the end of a
 plain span, its :data:`Row` of fields, made once for those that file rows (the store, the
-roll-up); any other (a
+roll-up). The step roll-up is not called at all for most spans: it hands the route its open
+spans and rows (:data:`Filing`), and the span files itself there as it starts and ends; any
+other (a
 ``span_processors=`` entry, one added to the provider later) gets what the SDK gives it:
 ``on_start`` with the span, ``_on_ending``, and one ``ReadableSpan`` copy per end. The
 store encodes a LeanSpan from its fields as it does an SDK span (it overrides none of
@@ -35,7 +37,7 @@ import logging
 import operator
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk import trace as _sdk
@@ -56,7 +58,7 @@ from opentelemetry.trace.status import Status, StatusCode
 from rlsight._current import _VAR, current_span
 from rlsight._ids import SeedIndependentIdGenerator
 
-__all__ = ["LeanSpan", "LeanStarter", "Row"]
+__all__ = ["Filing", "LeanSpan", "LeanStarter", "Row", "SpanFiler"]
 
 _SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
 _SAMPLED_RANDOM: Final = TraceFlags(TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID)
@@ -82,19 +84,47 @@ _sdk_log: Final = logging.getLogger(_sdk.__name__)
 #: ``on_end`` methods when all are rlsight's (each takes the span itself); else ``None`` there
 #: and, third, the ``_on_ending`` methods of the others and every ``on_end`` with whether it
 #: wants a ``ReadableSpan`` copy (a processor that is not rlsight's: the SDK gives it one);
-#: last, when all are rlsight's and one of them files a plain span's row (see :func:`_route`),
+#: fourth, when all are rlsight's and one of them files a plain span's row (see :func:`_route`),
 #: what a plain span ends through: the callables that take its row, then the ``on_end``
-#: methods of the others (else ``None``).
+#: methods of the others (else ``None``); last, the :data:`Filing` of the processor that
+#: files spans in place (else ``None``), whose ``on_start`` is then not among the first.
 Route = tuple[
     tuple[Callable[..., object], ...],
     tuple[Callable[[Any], object], ...],
     "tuple[tuple[Callable[[Any], object], ...], tuple[tuple[Callable[[Any], object], bool], ...]] | None",
     "tuple[tuple[Callable[[Row], object], ...], tuple[Callable[[Any], object], ...]] | None",
+    "Filing | None",
 ]
 #: A plain LeanSpan's fields, as it hands them to the processors that file rows (see
 #: :class:`LeanSpan`): start, end, trace id, span id, parent span id (0: a root), name,
 #: attributes (its plain dict).
 Row = tuple[int, int, int, int, int, str, dict[str, Any]]
+
+
+class SpanFiler(Protocol):
+    """A processor that keeps the open spans by id and the ended ones' rows, and lets a
+    LeanSpan's start and end do that filing in place (``lean_filing``, see :data:`Filing`).
+    Its ``on_start`` and ``on_end`` stay what every other span goes through."""
+
+    #: The length of the rows at which :meth:`_window_full` must be called.
+    _full_at: int
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None: ...
+
+    def on_end(self, span: Any) -> None: ...
+
+    def _window_full(self) -> None: ...
+
+
+#: What a :class:`SpanFiler`'s ``lean_filing(starter)`` hands the route, so a LeanSpan files
+#: itself with no call into the processor: its dict of open spans (a span is set in it by
+#: span id as it starts), its flat list of rows (a plain span's :data:`Row` is added to it as
+#: it ends, then its id leaves the open spans, then the length is checked against
+#: ``_full_at``), the processor, and the name it does more for (a step span's): a span of
+#: that name starts through its ``on_start`` and is never plain, so it ends through its
+#: ``on_end``, as does any span that is no longer plain when it ends. (That way is right for
+#: any span: a name compared, not a set looked up, as most spans pass it.)
+Filing = tuple[dict[int, Any], list[Any], SpanFiler, str]
 
 
 def _default_sampler(sampler: object) -> bool:
@@ -148,7 +178,7 @@ class LeanStarter:
         #: Shared attribute dicts (``start(shared=True)``) found plain, by id.
         self._plain_shared: dict[int, Mapping[str, Any]] = {}
         self._seen: object = _NOT_SEEN  # so the first start computes the route
-        self._route: Route = ((), (), None, None)
+        self._route: Route = ((), (), None, None, None)
 
     def start(self, name: str, attributes: Mapping[str, Any], start_time: int | None,
               shared: bool = False) -> LeanSpan | None:
@@ -242,6 +272,13 @@ class LeanStarter:
         span._resource = self._resource
         # LeanSpan.start's work, without its lock: nothing else can see the span yet.
         span._start_time = start_time if start_time is not None else _sdk.time_ns()  # type: ignore[attr-defined]
+        filing = route[4]
+        if filing is not None:  # the filer's on_start, in place (see Filing)
+            if name == filing[3]:  # one it does more for: never plain, so it ends via on_end
+                span._bounded()
+                filing[2].on_start(span, None)
+            else:
+                filing[0][span_id] = span
         for on_start in route[0]:
             on_start(span, None)  # positionally: the SDK's SpanProcessor.on_start(span, parent_context)
         return span
@@ -261,7 +298,8 @@ class LeanSpan(_Span):
     its :data:`Row` where a processor takes rows).
 
     Plain: its attributes were scalars within the limits, its context carries no trace state,
-    and nothing was set on it since (no attribute, status, event or link: the first such
+    its name is none its starter's filer does more for (:data:`Filing`), and nothing was set
+    on it since (no attribute, status, event or link: the first such
     call ends it). Its kind is INTERNAL (always), its status UNSET, it has no events, links
     or dropped attributes, and its resource and scope are its starter's: a processor that
     finds a plain dict in ``_attributes`` of an ended LeanSpan may rely on all of that.
@@ -342,10 +380,12 @@ class LeanSpan(_Span):
         try:
             if self._start_time is None:
                 raise RuntimeError("Calling end() on a not started span.")
-            ended = self._end_time is not None
+            end = self._end_time
+            ended = end is not None
             attrs: Any = self._attributes
             if not ended:
-                self._end_time = end_time if end_time is not None else _sdk.time_ns()  # type: ignore[attr-defined]
+                end = self._end_time = (end_time if end_time is not None
+                                        else _sdk.time_ns())  # type: ignore[attr-defined]
                 if type(attrs) is not dict:
                     attrs._immutable = True
         finally:
@@ -353,7 +393,7 @@ class LeanSpan(_Span):
         if ended:
             _sdk_log.warning("Calling end() on an ended span.")
             return
-        _, ends, mixed, plain = self._starter._route
+        _, ends, mixed, plain, filing = self._starter._route
         if mixed is None:
             if plain is not None and type(attrs) is dict:
                 # A plain span: its row, made once for every processor that files one (the
@@ -361,13 +401,27 @@ class LeanSpan(_Span):
                 # ends. Ended, nothing can change the fields it holds.
                 context: Any = self._context
                 parent = self._parent
-                row: Any = (self._start_time, self._end_time, context[0], context[1],
-                       0 if parent is None else parent[1], self._name, attrs)
+                sid = context[1]
+                row: Any = (self._start_time, end, context[0], sid,
+                            0 if parent is None else parent[1], self._name, attrs)
+                if filing is not None:  # the filer's _file, in place (see Filing)
+                    opened, rows, filer, _ = filing
+                    rows += row  # one atomic step under the GIL: the rows stay whole
+                    # Filed before it leaves the open spans (a roll-up reads the open spans,
+                    # then the rows: it sees it in either or both). Missing only if it started
+                    # before the filer was added.
+                    try:  # noqa: SIM105
+                        del opened[sid]
+                    except KeyError:
+                        pass
+                    if len(rows) >= filer._full_at:
+                        filer._window_full()
                 takes_rows, takes_spans = plain
                 for on_row in takes_rows:
                     on_row(row)
-                for on_end in takes_spans:
-                    on_end(self)
+                if takes_spans:  # rarely any: no loop set up for none
+                    for on_end in takes_spans:
+                        on_end(self)
                 return
             # The span itself, not a ReadableSpan copy: nothing can change it once ended.
             for on_end in ends:
@@ -422,25 +476,35 @@ def _route(processors: Sequence[SpanProcessor], starter: LeanStarter) -> Route:
     An own processor that defines ``lean_on_row(starter)`` may return a callable that takes
     a plain span's :data:`Row` in place of its ``on_end`` (``None`` keeps ``on_end``): the
     row is made once for all of them, and holds no span (see
-    :class:`~rlsight._batching.BatchingSpanProcessor`, ``rlsight._step_rollup``).
+    :class:`~rlsight._batching.BatchingSpanProcessor`). The first own processor whose
+    ``lean_filing(starter)`` returns a :data:`Filing` (``rlsight._step_rollup``) is filed in
+    place: its ``on_start`` only for spans of the name the filing gives, its ``on_end`` only
+    for the spans that end with no row.
     """
     starts: list[Callable[..., object]] = []
     ends: list[tuple[Callable[[Any], object], bool]] = []
     endings: list[Callable[[Any], object]] = []
     takes_rows: list[Callable[[Row], object]] = []
     takes_spans: list[Callable[[Any], object]] = []
+    filing: Filing | None = None
     for proc in processors:
         kind = type(proc)
         own = bool(getattr(kind, "reads_span_in_place", False))
+        files: Filing | None = None
+        if own and filing is None:
+            lean_filing = getattr(proc, "lean_filing", None)
+            files = filing = lean_filing(starter) if lean_filing is not None else None
         if not own:
             starts.append(_by_keyword(proc.on_start))
-        elif kind.on_start is not SpanProcessor.on_start:  # skip a no-op of rlsight's
+        elif files is None and kind.on_start is not SpanProcessor.on_start:  # skip a no-op
             starts.append(proc.on_start)
         if not own:
             endings.append(proc._on_ending)
             ends.append((proc.on_end, True))
         elif kind.on_end is not SpanProcessor.on_end:
             ends.append((proc.on_end, False))
+            if files is not None:
+                continue  # a plain span's end files it in place
             lean_on_row = getattr(proc, "lean_on_row", None)
             on_row = lean_on_row(starter) if lean_on_row is not None else None
             if on_row is not None:
@@ -448,9 +512,9 @@ def _route(processors: Sequence[SpanProcessor], starter: LeanStarter) -> Route:
             else:
                 takes_spans.append(proc.on_end)
     if not endings:
-        plain = (tuple(takes_rows), tuple(takes_spans)) if takes_rows else None
-        return tuple(starts), tuple(on_end for on_end, _ in ends), None, plain
-    return tuple(starts), (), (tuple(endings), tuple(ends)), None
+        plain = (tuple(takes_rows), tuple(takes_spans)) if takes_rows or filing else None
+        return tuple(starts), tuple(on_end for on_end, _ in ends), None, plain, filing
+    return tuple(starts), (), (tuple(endings), tuple(ends)), None, filing
 
 
 def _by_keyword(on_start: Callable[..., object]) -> Callable[[Any, Any], object]:

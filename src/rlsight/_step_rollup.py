@@ -6,6 +6,8 @@ dict of open spans; ``on_end`` pops it and appends one row of its field values (
 trace id, span id, parent id, name, attributes: the span's own objects, read from its fields,
 nothing converted) to one flat list that windows and steps share (no lock: one ``+=`` of a
 tuple is one atomic operation under the GIL, so the list only ever holds whole rows).
+rlsight's own spans do the same in place, with no call into the processor
+(:meth:`StepRollupProcessor.lean_filing`); a step span starts through ``on_start``.
 Everything else waits:
 
 - **When an ``rl.step`` ends** (the driver only), the processor hands the rows filed since the
@@ -36,7 +38,7 @@ from __future__ import annotations
 import importlib.util
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
@@ -59,6 +61,7 @@ if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.sdk.trace import Span
 
+    from rlsight._lean import Filing
     from rlsight.analysis.columns import SpanColumns
     from rlsight.analysis.online import LiveSpans, StepGoodput
     from rlsight.runtime import Telemetry
@@ -184,14 +187,19 @@ class StepRollupProcessor(SpanProcessor):
             row = _row(span)
         self._file(row)
 
-    def lean_on_row(self, starter: object) -> Callable[[tuple[Any, ...]], None]:
-        """What a plain span of rlsight's ``LeanStarter`` ends through (``rlsight._lean``):
-        :meth:`_file` with the row the span makes once for every processor that takes one
-        (the same fields, in the same order, as :meth:`on_end` reads)."""
-        return self._file
+    def lean_filing(self, starter: object) -> Filing:
+        """How rlsight's ``LeanStarter`` files its spans here with no call into this
+        processor (``rlsight._lean.Filing``): a span sets itself in the open spans as it
+        starts and, plain, files its row and leaves them as it ends, as :meth:`_file` does
+        (calling :meth:`_window_full` as it does). A step span starts through
+        :meth:`on_start` and ends through :meth:`on_end`, as does any span that is no longer
+        plain: the span's own check for an open step is spared every other span. Without
+        steps (a worker) the name is one no span has: the check passes every span by."""
+        return self._open, self._rows, self, STEP_SPAN if self._steps else "\0"
 
     def _file(self, row: tuple[Any, ...]) -> None:
-        """File an ended span's row (see the module doc)."""
+        """File an ended span's row (see the module doc; ``rlsight._lean`` does the same in
+        place for a LeanSpan, see :meth:`lean_filing`)."""
         rows = self._rows
         rows += row
         sid = row[_SPAN_ID]

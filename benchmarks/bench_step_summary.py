@@ -69,21 +69,22 @@ def main() -> None:
                     pass
             del i
 
-    with rlsight.job_span() as job:
-        with rlsight.step_span(1) as step:
-            make_spans()
-            first_row = proc._open_steps[step.get_span_context().span_id]
-            children = proc._rows[(first_row - proc._first) * 7:]
+    # In a run the step's parent, rl.job, is still open when the step ends: the roll-up reads
+    # it among the open spans (as ending now), outside the step's window, so it is placed by
+    # time. It stays open through every measurement below, as it does through a run's steps.
+    job_block = rlsight.job_span()
+    job_block.__enter__()
+    with rlsight.step_span(1) as step:
+        make_spans()
+        first_row = proc._open_steps[step.get_span_context().span_id]
+        children = proc._rows[(first_row - proc._first) * 7:]
     assert len(children) == SPANS // 3 * 3 * 7 and step.end_time is not None  # type: ignore[attr-defined]
+    assert len(proc._open) == 1  # the job
     summary = rlsight.last_step_summary()
     assert summary["rlsight/productive_s"] > 0, summary
 
     step_id = step.get_span_context().span_id
-    # In a run the step's parent, rl.job, is still open when the step ends: the roll-up reads
-    # it among the open spans (as ending now), outside the step's window, so it is placed by time.
-    open_job = list(_row(job))  # type: ignore[arg-type]
-    open_job[1] = None
-    rows = [*children, *_row(step), *open_job]  # type: ignore[arg-type]
+    rows = [*children, *_row(step)]  # type: ignore[arg-type]
     now = step.end_time  # type: ignore[attr-defined]
 
     def rollup() -> None:
@@ -166,6 +167,7 @@ def main() -> None:
     per_span = compare({"processor on_start + on_end": bookkeeping, "dict set + pop": dict_set_pop},
                        number=2_000 if args.quick else 20_000, rounds=rounds, clock=time.thread_time_ns)
     proc._open_steps.clear()
+    job_block.__exit__(None, None, None)
     rlsight.shutdown_telemetry()
     results.update(per_span)
     doc = ratio_table("online per-step goodput", results, [

@@ -153,7 +153,7 @@ def main() -> None:
     # without it, one right after the other (in alternating order), and the median of the
     # rounds' differences is the figure (a difference of two medians moved +-0.1 ms run to run).
     created: dict[str, list[int]] = {"filed": [], "unfiled": [], "filing": []}
-    for r in range(6 * rounds):
+    for r in range(12 * rounds):
         pair = [("filed", create_spans), ("unfiled", create_spans_unfiled)]
         took = {}
         for label, fn in pair if r % 2 else pair[::-1]:

@@ -10,8 +10,9 @@
    Beside it, what every process pays every 10 s in a background thread for its busy time
    (``rl.goodput.process.seconds``) when those spans fall in one window.
 2. The per-span filing, measured the way a run pays it: creating the same spans through the
-   lean route with the roll-up's processor in it and without it, alternating; the difference
-   is what filing costs (fresh span objects, the route's calls). Beside it, the processor's
+   lean route with the roll-up's processor in it and without it, one right after the other
+   in each round (in alternating order); the median of the rounds' differences is what
+   filing costs (fresh span objects, the route's calls). Beside it, the processor's
    ``on_start`` + ``on_end`` called directly on one SDK span (cache-hot: about half of the
    real cost), next to a bare ``dict`` set and pop. The issue's target counts both halves:
    the work at the step's end plus the filing of 1,000 spans, printed as one total.

@@ -253,7 +253,7 @@ class StepRollupProcessor(SpanProcessor):
     def _take(self, first_row: int, now: int, carried: list[Any]) -> tuple[int, int, LiveSpans]:
         """The rows from row ``first_row`` on after ``carried``, then the spans still open:
         the number of the row after the last one taken, how many rows came before the open
-        spans' rows, and all of them."""
+        spans' rows, and all of them (the open spans' in ``more``)."""
         from rlsight.analysis.online import LiveSpans
 
         # The open spans first, then the rows (on_end files a span, then drops it from the
@@ -268,8 +268,10 @@ class StepRollupProcessor(SpanProcessor):
         if carried:
             out[:0] = carried
         count = len(out) // _ROW
-        out += _rows_of(still_open)
-        return taken, count, LiveSpans(out, now, self._runtime.resource_attributes)
+        # The open spans' rows after the filed ones, in ``more``: the columns set their ends
+        # (None) to now before the end column's one pass (see live_columns).
+        return taken, count, LiveSpans(out, now, self._runtime.resource_attributes,
+                                       more=_rows_of(still_open))
 
     def _take_step(self, first_row: int, now: int) -> LiveSpans:
         """:meth:`_take` for a step's roll-up: its rows stay in place in the processor's list

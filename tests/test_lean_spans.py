@@ -442,6 +442,38 @@ def test_live_spans_of_one_site_share_their_dict_apart_from_the_plain_ones(tmp_p
     assert sorted(stored, key=len) == [set(plain), set(first), set(first)]
 
 
+def test_efficiency_spans_of_one_site_share_their_dict_concurrent_ones_another(
+        tmp_path: Path) -> None:
+    """An efficiency span's measurement attribute is a constant: the efficiency spans of one
+    category and thread share one dict (each made and cleaned one of its own), a concurrent
+    one another, another category a third; each is stored with its own attributes."""
+    rlsight.setup_telemetry(TelemetryConfig(run_dir=str(tmp_path), span_groups=["all"]))
+    try:
+        kept = []
+        for category, concurrent in (("idle/barrier", False), ("idle/barrier", False),
+                                     ("idle/barrier", True), ("idle/barrier", True),
+                                     ("idle/buffer_starvation", False)):
+            with rlsight.efficiency_span(category, concurrent=concurrent) as s:
+                pass
+            kept.append(s)
+        rlsight.flush_telemetry()
+    finally:
+        rlsight.shutdown_telemetry()
+    one, two, three, four, other = (k._attributes for k in kept)  # type: ignore[attr-defined]
+    assert one is two and three is four and len({id(one), id(three), id(other)}) == 3
+    stamps = {"rl.efficiency.measurement": "span", "rl.span_group": "efficiency",
+              "thread.id": threading.get_native_id(), "rl.bucket": "idle",
+              "rl.efficiency.category": "idle/barrier"}
+    assert one == stamps and three == {**stamps, "rl.concurrent": True}
+    assert other == {**stamps, "rl.efficiency.category": "idle/buffer_starvation"}
+    stored = [{kv["key"]: kv["value"] for kv in sp["attributes"]}
+              for line in _stored_spans(tmp_path)
+              if (sp := json.loads(line[line.index('{"traceId"'):]))["name"].startswith(
+                  "rl.efficiency.")]
+    assert sorted(a.get("rl.concurrent", {}).get("boolValue", False) for a in stored) == [
+        False, False, False, True, True]
+
+
 def test_a_shared_dict_over_the_limits_goes_through_the_sdks_cleaning_on_every_span() -> None:
     """A shared dict is looked at once, but one the SDK would change (text over the length
     limit) is never remembered as plain: every span of it gets the SDK's cleaning."""

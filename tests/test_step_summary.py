@@ -207,6 +207,21 @@ class TestLastStepSummary:
             assert proc._rows[-7:][3] == span.get_span_context().span_id
             assert proc._open == {}
 
+    def test_a_span_set_after_its_start_is_filed_with_its_attributes_as_a_dict(self, tmp_path):
+        """A span no longer plain (an attribute set on it; every step span) ends through
+        on_end: its row holds the SDK's dict of its attributes, which the columns read in
+        their C-level passes, not the BoundedAttributes around it."""
+        from rlsight._step_rollup import StepRollupProcessor
+
+        with rlsight.setup_telemetry(_config(tmp_path / "r")) as t:
+            proc = next(p for p in t._tracer_provider._active_span_processor._span_processors
+                        if isinstance(p, StepRollupProcessor))
+            with rlsight.span(RL.TRAINING, "rl.train.policy") as span:
+                span.set_attribute("rl.batch_size", 8)
+            attrs = proc._rows[-1]
+            assert type(attrs) is dict and attrs["rl.batch_size"] == 8
+            assert attrs is span._attributes._dict  # type: ignore[attr-defined]
+
 
 # -- property: random span trees with explicit times -------------------------------------------
 
@@ -380,7 +395,7 @@ def test_spans_whose_attributes_are_not_the_sdks_bounded_ones_are_read_all_the_s
 
     spans = live_spans([made(1, {"rl.bucket": "idle"}), made(2, None)], 99, {})
     assert spans.rows == [10, None, 1, 1, 9, "rl.train.policy", {"rl.bucket": "idle"},
-                          20, None, 1, 2, 9, "rl.train.policy", None]
+                          20, None, 1, 2, 9, "rl.train.policy", {}]
     cols = live_columns(spans)
     assert cols.bucket.tolist() == [BUCKET_CODES["idle"], -1] and cols.end.tolist() == [99, 99]
 

@@ -24,20 +24,37 @@ from rlsight import _current
 from rlsight import runtime as _runtime
 from rlsight._current import _VAR, attach_span, detach, thread_id
 from rlsight._redact import REDACTED, is_content, is_content_key, scrub
-from rlsight._semconv import BUCKET, EFFICIENCY_CATEGORY, LIVE, SPAN_GROUP, THREAD_ID
+from rlsight._semconv import (
+    BUCKET,
+    CONCURRENT,
+    EFFICIENCY_CATEGORY,
+    EFFICIENCY_MEASUREMENT,
+    LIVE,
+    SPAN_GROUP,
+    THREAD_ID,
+)
 from rlsight._stamps import BY_VALUES as _SHARED
 from rlsight._stamps import stamps
 from rlsight.buckets import BUCKET_OVERRIDE, PER_PROMPT, Bucket
 from rlsight.errors import warn_once
 from rlsight.groups import GATE, RL
 
-__all__ = ["NOOP", "LiveSpan", "NoopSpan", "clean_attributes", "describe", "scrubbed_exception"]
+__all__ = ["CONCURRENT_MEASUREMENT", "NOOP", "SPAN_MEASUREMENT", "LiveSpan", "NoopSpan",
+           "clean_attributes", "describe", "scrubbed_exception"]
 
 _SCALARS: Final = (str, bool, int, float)
 _INVALID: Final = _trace.INVALID_SPAN
 _PER_PROMPT: Final = RL.PER_PROMPT
 #: ``bucket.value`` by dict: an enum's ``value`` is a Python-level property, ~5x slower.
 _WIRE_BUCKET: Final = {b: b.value for b in Bucket}
+#: What ``efficiency_span`` passes as a span's own attributes (constants nothing changes):
+#: spans given one of these share their site's and thread's dict, as spans given none do
+#: (each efficiency span made a dict of its own, cleaned afresh: one more object per span
+#: for the store, the roll-up and the garbage collector), named in the key by ``_CONSTANTS``.
+SPAN_MEASUREMENT: Final[Mapping[str, Any]] = {EFFICIENCY_MEASUREMENT: "span"}
+CONCURRENT_MEASUREMENT: Final[Mapping[str, Any]] = {**SPAN_MEASUREMENT, CONCURRENT: True}
+_CONSTANTS: Final = {id(SPAN_MEASUREMENT): "measurement=span",
+                     id(CONCURRENT_MEASUREMENT): "measurement=span,concurrent"}
 
 
 class NoopSpan:
@@ -207,12 +224,20 @@ class LiveSpan(AsyncFromSync):
             wire_bucket = None if bucket is None else _WIRE_BUCKET[bucket]
             tid = _current._IDS.native or thread_id()
             given = self._attrs
-            if ((not given or (len(given) == 1 and given.get("live") is True))
+            if not given:
+                constant: str | None = ""
+            elif len(given) == 1 and given.get("live") is True:
+                constant = LIVE
+            elif given is SPAN_MEASUREMENT or given is CONCURRENT_MEASUREMENT:
+                constant = _CONSTANTS[id(given)]
+            else:
+                constant = None
+            if (constant is not None
                     and type(group) is str and (category is None or type(category) is str)):
-                # Only rlsight's stamps (and ``live=True``, a constant), exact scalars: the dict
-                # spans of this site share.
-                key = (group, tid, wire_bucket, category) if not given else (
-                    group, tid, wire_bucket, category, LIVE)
+                # Only rlsight's stamps (and ``live=True`` or an efficiency span's measurement,
+                # constants), exact scalars: the dict spans of this site share.
+                key = (group, tid, wire_bucket, category) if not constant else (
+                    group, tid, wire_bucket, category, constant)
                 attrs: dict[str, Any] | None = _SHARED.get(key)
                 if attrs is None:
                     attrs = stamps(key, self._own_attributes(group, tid, wire_bucket, category))

@@ -2,10 +2,10 @@
 
 A span opened with no attribute of its caller's carries only rlsight's stamps
 (``rl.span_group``, ``thread.id``, ``rl.bucket``, ``rl.efficiency.category``), the same few
-values on every span of one site and thread (``live=True``, a constant too, may be among
-them). Such spans share one dict (issue #16): one
-object fewer per span for the garbage collector to track while the store and the roll-up
-hold the span, and the store encodes each dict's attributes once. Sharing is safe because
+values on every span of one site and thread (``live=True`` and an efficiency span's
+``rl.efficiency.measurement``, constants too, may be among them). Such spans share one dict
+(issue #16): one object fewer per span for the garbage collector to track while the store
+and the roll-up hold the span, and the store encodes each dict's attributes once. Sharing is safe because
 nothing changes the dict: a LeanSpan replaces its plain dict with the SDK's attributes on
 the first ``set_attribute`` (see :mod:`rlsight._lean`), readers only read, and the SDK's
 path copies it.

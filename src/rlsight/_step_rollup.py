@@ -100,13 +100,27 @@ def rollup_available(driver: bool) -> bool:
 def _row(span: ReadableSpan) -> tuple[Any, ...]:
     """``span``'s row (see :data:`rlsight.analysis.online.ROW_FIELDS`)."""
     try:  # the SDK's own fields: a property read costs as much as the rest of the row
-        context, parent = span._context, span._parent
+        context, parent, attrs = span._context, span._parent, span._attributes
         return (span._start_time, span._end_time, context[0], context[1],  # type: ignore[index]
-                0 if parent is None else parent[1], span._name, span._attributes)
+                0 if parent is None else parent[1], span._name,
+                attrs if type(attrs) is dict else attributes_dict(attrs))
     except AttributeError:  # an SDK that stores spans differently: the public properties
         context, parent = span.context, span.parent
         return (span.start_time, span.end_time, context.trace_id, context.span_id,
-                0 if parent is None else parent.span_id, span.name, span.attributes)
+                0 if parent is None else parent.span_id, span.name,
+                attributes_dict(span.attributes))
+
+
+def attributes_dict(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A span's attributes as the ``dict`` a row holds: the roll-up's columns read every
+    span's with ``dict.get`` in C-level passes, and one other mapping among them (the SDK's
+    ``BoundedAttributes`` of every step span) sends all of a step's spans down the slow path.
+    The SDK's own storage where it is one (``BoundedAttributes`` keeps a dict, frozen once
+    the span ends), else a copy."""
+    if type(attributes) is dict or attributes is None:
+        return attributes or {}
+    inner = getattr(attributes, "_dict", None)
+    return inner if type(inner) is dict else dict(attributes)
 
 
 def _rows_of(spans: Iterable[ReadableSpan]) -> list[Any]:
@@ -180,9 +194,11 @@ class StepRollupProcessor(SpanProcessor):
     def on_end(self, span: ReadableSpan) -> None:
         # _row(span), inlined: this runs once per span, and a call is one more per span.
         try:
-            context, parent = span._context, span._parent
+            context, parent, attrs = span._context, span._parent, span._attributes
+            if type(attrs) is not dict:  # the SDK's BoundedAttributes: its dict (see attributes_dict)
+                attrs = attrs._dict  # type: ignore[union-attr]
             row = (span._start_time, span._end_time, context[0], context[1],  # type: ignore[index]
-                   0 if parent is None else parent[1], span._name, span._attributes)
+                   0 if parent is None else parent[1], span._name, attrs)
         except AttributeError:
             row = _row(span)
         self._file(row)
@@ -237,7 +253,7 @@ class StepRollupProcessor(SpanProcessor):
     def _take(self, first_row: int, now: int, carried: list[Any]) -> tuple[int, int, LiveSpans]:
         """The rows from row ``first_row`` on after ``carried``, then the spans still open:
         the number of the row after the last one taken, how many rows came before the open
-        spans' rows, and all of them."""
+        spans' rows, and all of them (the open spans' in ``more``)."""
         from rlsight.analysis.online import LiveSpans
 
         # The open spans first, then the rows (on_end files a span, then drops it from the
@@ -252,8 +268,10 @@ class StepRollupProcessor(SpanProcessor):
         if carried:
             out[:0] = carried
         count = len(out) // _ROW
-        out += _rows_of(still_open)
-        return taken, count, LiveSpans(out, now, self._runtime.resource_attributes)
+        # The open spans' rows after the filed ones, in ``more``: the columns set their ends
+        # (None) to now before the end column's one pass (see live_columns).
+        return taken, count, LiveSpans(out, now, self._runtime.resource_attributes,
+                                       more=_rows_of(still_open))
 
     def _take_step(self, first_row: int, now: int) -> LiveSpans:
         """:meth:`_take` for a step's roll-up: its rows stay in place in the processor's list

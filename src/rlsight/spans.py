@@ -29,8 +29,6 @@ from rlsight import runtime as _runtime
 from rlsight._redact import REDACTED_KEYS
 from rlsight._resume import attached_agen_function, attached_gen
 from rlsight._semconv import (
-    CONCURRENT,
-    EFFICIENCY_MEASUREMENT,
     EFFICIENCY_SPAN_PREFIX,
     JOB_SPAN,
     LOAD_MODEL_SPAN,
@@ -38,7 +36,14 @@ from rlsight._semconv import (
     STARTUP_SPAN,
     STEP_SPAN,
 )
-from rlsight._span_manager import NOOP, AsyncFromSync, LiveSpan, clean_attributes
+from rlsight._span_manager import (
+    CONCURRENT_MEASUREMENT,
+    NOOP,
+    SPAN_MEASUREMENT,
+    AsyncFromSync,
+    LiveSpan,
+    clean_attributes,
+)
 from rlsight.buckets import PER_PROMPT, Bucket
 from rlsight.errors import warn_once
 from rlsight.groups import GATE, RL
@@ -511,12 +516,8 @@ def efficiency_span(category: str, *, concurrent: bool = False) -> SpanContextMa
         _warn_undeclared(category, "span is")
         return NOOP
     name, bucket = declared
-    return LiveSpan(RL.EFFICIENCY, name, _CONCURRENT_MEASUREMENT if concurrent else _SPAN_MEASUREMENT,
+    return LiveSpan(RL.EFFICIENCY, name, CONCURRENT_MEASUREMENT if concurrent else SPAN_MEASUREMENT,
                      bucket=bucket, category=category)
-
-
-_SPAN_MEASUREMENT: Final = {EFFICIENCY_MEASUREMENT: "span"}
-_CONCURRENT_MEASUREMENT: Final = {**_SPAN_MEASUREMENT, CONCURRENT: True}
 
 
 def record_efficiency_seconds(category: str, seconds: float) -> None:

@@ -36,6 +36,7 @@ from rlsight._semconv import (
     STEP_SPAN,
     THREAD_ID,
 )
+from rlsight._step_rollup import attributes_dict
 from rlsight.analysis._steps import find_steps
 from rlsight.analysis._table import build_table
 from rlsight.analysis.columns import BUCKET_CODES, NO_STEP, SpanColumns
@@ -122,6 +123,12 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
     if more:
         for i, field in enumerate(fields):
             field += more[i::_ROW]
+        # The spans still open (the step's parent rl.job in every run) end now: their few
+        # ends set here keep the end column one C-level pass, not a failed one and a redo.
+        now, ends = spans.now, fields[1]
+        for i in range((stop - begin) // _ROW, n):
+            if ends[i] is None:
+                ends[i] = now
     starts, ends, trace_ids, span_ids, parent_ids, span_names, attrs = fields
     # Small codes go through ``bytes``: its C loop takes them without numpy's per-value
     # conversion (~8 ns a value less than ``np.fromiter``).
@@ -132,7 +139,7 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
     except (KeyError, TypeError):
         # A value that is not a bucket name (0 as well: -1), or attributes kept in another
         # mapping than a dict (an SDK span's), which every pass below reads as a dict.
-        attrs = [a if type(a) is dict else _as_dict(a) for a in attrs]
+        attrs = [a if type(a) is dict else attributes_dict(a) for a in attrs]
         coded = bytes(map(codes.get, map(get, attrs, repeat(BUCKET, n)), repeat(0, n)))
     bucket = np.frombuffer(coded, np.int8) - np.int8(1)
     trace, traces = _trace_numbers(trace_ids, n)
@@ -204,15 +211,6 @@ def live_columns(spans: LiveSpans) -> SpanColumns:
         source_slot=np.full(n, -1, np.int32),
         source_files=[],
     )
-
-
-def _as_dict(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Attributes as a ``dict``, which the columns read with ``dict.get`` in C-level passes:
-    the SDK's own storage where it is one (``BoundedAttributes`` keeps a dict), else a copy."""
-    if attributes is None:
-        return {}
-    inner = getattr(attributes, "_dict", None)
-    return inner if isinstance(inner, dict) else dict(attributes)
 
 
 def _trace_numbers(trace_ids: list[int], n: int) -> tuple[NDArray[np.int64], list[str]]:

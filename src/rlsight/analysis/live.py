@@ -57,6 +57,7 @@ __all__ = [
     "LOST_WORK_SPAN",
     "OPEN_ATTRIBUTE",
     "ErrorSpan",
+    "LostWork",
     "WatchSnapshot",
     "lost_work",
     "nothing_ended",
@@ -150,48 +151,69 @@ LOST_WORK_SPAN = f"{EFFICIENCY_SPAN_PREFIX}wasted.lost_worker"
 _LOST_ID_MASK = 0x6C6F_7374_776F_726B
 
 
-def lost_work(cols: SpanColumns, live: LiveReadResult, running: Collection[str] = ()) -> list[SpanRecord]:
+@dataclass(frozen=True, slots=True)
+class LostWork:
+    """What :func:`lost_work` found: the caller-side spans it adds, and how many lost spans
+    they stand for."""
+
+    spans: list[SpanRecord]
+    """One per caller and disjoint stretch of its wait: two calls lost together are one wait."""
+    lost: int
+    """Distinct lost span ids charged (a start record listed twice is one span)."""
+
+
+def lost_work(cols: SpanColumns, live: LiveReadResult, running: Collection[str] = ()) -> LostWork:
     """The caller's wait on work a process Ray replaced lost, as spans in the ``wasted`` bucket.
 
     A process that died inside a call (SIGKILL, OOM) and was replaced never ends its spans; the
     driver that dispatched the call waited on it until Ray (or its own code) started the
     replacement and called again, all of it inside its own productive span: a step that lost
     4 s to a killed generation worker read 100% productive. For each open span of a replaced
-    process whose parent is a finished span of another process (the caller's dispatch), this is
-    a child of that span on the caller's timeline, from the lost span's start to the
-    replacement's start (clipped to the caller's span), in the ``wasted`` bucket, so the
-    partition (the deepest span decides) counts that wait as wasted. ``running``: as in
-    :func:`process_states`.
+    process whose parent is a finished span of another process (the caller's dispatch), the
+    wait runs from the lost span's start to the replacement's start (clipped to the caller's
+    span). A caller's waits are merged (two workers lost in one call are one wait, not two
+    overlapping spans whose durations add up), and each merged stretch is a child of the
+    caller on its timeline, in the ``wasted`` bucket, so the partition (the deepest span
+    decides) counts that wait as wasted. ``running``: as in :func:`process_states`.
     """
     finished = {s: i for i, s in enumerate(cols.span_id.tolist())}
     replaced = _replacements(live, {key: end for key, (_, end) in _last_spans(cols).items()}, running)
-    out = []
+    waits: dict[int, list[tuple[int, int, int]]] = {}
     for s in live.starts:
         later = replaced.get(s.process)
-        if later is None or _hex(s.span_id) < 0 or _hex(s.span_id) in finished:
+        lost_id = _hex(s.span_id)
+        if later is None or lost_id < 0 or lost_id in finished:
             continue
         i = finished.get(_hex(s.parent_span_id or ""))
         if i is None or cols.process_keys[int(cols.process[i])] == s.process:
             continue
         start, end = max(s.start_ns, int(cols.start[i])), min(later.opened_ns, int(cols.end[i]))
-        if end <= start:
-            continue
-        out.append(SpanRecord(
-            trace_id=cols.traces[int(cols.trace[i])], span_id=f"{_hex(s.span_id) ^ _LOST_ID_MASK:016x}",
-            parent_span_id=s.parent_span_id, name=LOST_WORK_SPAN, start_ns=start, end_ns=end,
-            attributes={THREAD_ID: int(cols.thread[i]), BUCKET: "wasted", SPAN_GROUP: "efficiency"},
-            resource=cols.resources[int(cols.process[i])]))
-    return out
-
+        if end > start:
+            waits.setdefault(i, []).append((start, end, lost_id))
+    spans = []
+    for i, intervals in waits.items():
+        merged: list[list[int]] = []
+        for start, end, lost_id in sorted(intervals):
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end, lost_id])
+        for start, end, lost_id in merged:
+            spans.append(SpanRecord(
+                trace_id=cols.traces[int(cols.trace[i])], span_id=f"{lost_id ^ _LOST_ID_MASK:016x}",
+                parent_span_id=f"{int(cols.span_id[i]):016x}", name=LOST_WORK_SPAN, start_ns=start,
+                end_ns=end, resource=cols.resources[int(cols.process[i])],
+                attributes={THREAD_ID: int(cols.thread[i]), BUCKET: "wasted", SPAN_GROUP: "efficiency"}))
+    return LostWork(spans=spans, lost=len({w[2] for ws in waits.values() for w in ws}))
 
 
 def with_lost_work(cols: SpanColumns, live: LiveReadResult,
-                   running: Collection[str] = ()) -> tuple[SpanColumns, int]:
-    """``cols`` with :func:`lost_work`'s spans added, and how many were added."""
+                   running: Collection[str] = ()) -> tuple[SpanColumns, LostWork]:
+    """``cols`` with :func:`lost_work`'s spans added, and what was added."""
     lost = lost_work(cols, live, running)
-    if not lost:
-        return cols, 0
-    return concat_columns([cols, span_columns_from_records(lost)]), len(lost)
+    if not lost.spans:
+        return cols, lost
+    return concat_columns([cols, span_columns_from_records(lost.spans)]), lost
 
 
 def process_states(

@@ -187,3 +187,29 @@ def test_a_start_record_listed_twice_is_one_lost_span(run: RunBuilder, tmp_path)
     report = analyze_run(_two_workers_lost_in_one_call(run, tmp_path, twice=True))
     assert any(n.startswith("2 span(s) of a replaced process") for n in report.notes), report.notes
     assert report.wasted.by_step_ns == [int(3.5 * SEC)]
+
+
+def test_work_lost_under_an_umbrella_caller_is_not_charged(run: RunBuilder, tmp_path):
+    """Async layout: a producer thread dispatches with the job's context, so the lost span's
+    parent is rl.job, while the driver's main thread trained and checkpointed: charging the
+    wait under rl.job relabelled the checkpoint at 19-20 s (and step 2's training) as wasted."""
+    from rlsight.analysis import analyze_run
+
+    d = run.process()
+    job = d.span("rl.job", 0, 30, group="job")
+    for k in range(3):
+        step = d.step(k + 1, 10 * k, 10 * k + 9, parent=job)
+        d.span("rl.train.policy", 10 * k, 10 * k + 8, parent=step, bucket="productive")
+        d.span("rl.checkpoint.save", 10 * k + 9, 10 * k + 10, parent=job, bucket="overhead")
+    dead, new = run.process("generation", 0, pid=1), run.process("generation", 0, pid=2)
+    lost = dead.span("rl.generation.sample", 12, 99, parent=job, bucket="productive")
+    dead.spans.remove(lost.record)
+    new.span("rl.generation.sample", 23, 25, parent=job, bucket="productive")
+    run_dir = run.write(tmp_path / "run")
+    _live_file(run_dir, d, 0)
+    _live_file(run_dir, dead, 0, [lost.record])
+    _live_file(run_dir, new, 22)
+    report = analyze_run(run_dir)
+    assert report.summary.buckets.overhead_ns == 3 * SEC
+    assert [s.buckets.wasted_ns for s in report.steps] == [0, 0, 0]
+    assert report.wasted.by_name == []

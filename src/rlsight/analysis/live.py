@@ -171,7 +171,12 @@ def lost_work(cols: SpanColumns, live: LiveReadResult, running: Collection[str] 
     4 s to a killed generation worker read 100% productive. For each open span of a replaced
     process whose parent is a finished span of another process (the caller's dispatch), the
     wait runs from the lost span's start to the replacement's start (clipped to the caller's
-    span). A caller's waits are merged (two workers lost in one call are one wait, not two
+    span). Only a caller with a bucket of its own is charged: an umbrella (``rl.job``,
+    ``rl.step``, a startup umbrella) carries none, and a call dispatched with the job's context
+    (a producer thread of an async run) hangs under ``rl.job``, whose thread meanwhile did
+    unrelated work (training, a checkpoint) that the wait must not relabel; that loss is in the
+    post-mortem, not the partition. A ``rl.concurrent`` caller is outside the partition and is
+    not charged either. A caller's waits are merged (two workers lost in one call are one wait, not two
     overlapping spans whose durations add up), and each merged stretch is a child of the
     caller on its timeline, in the ``wasted`` bucket, so the partition (the deepest span
     decides) counts that wait as wasted. ``running``: as in :func:`process_states`.
@@ -185,7 +190,8 @@ def lost_work(cols: SpanColumns, live: LiveReadResult, running: Collection[str] 
         if later is None or lost_id < 0 or lost_id in finished:
             continue
         i = finished.get(_hex(s.parent_span_id or ""))
-        if i is None or cols.process_keys[int(cols.process[i])] == s.process:
+        if (i is None or cols.process_keys[int(cols.process[i])] == s.process
+                or cols.bucket[i] < 0 or cols.concurrent[i]):
             continue
         start, end = max(s.start_ns, int(cols.start[i])), min(later.opened_ns, int(cols.end[i]))
         if end > start:

@@ -371,11 +371,20 @@ def nothing_ended(run_dir: Path | str, live: LiveReadResult | None = None) -> st
 
 def post_mortem(
     cols: SpanColumns, live: LiveReadResult, *, stall_records: list[str] | None = None,
-) -> PostMortem | None:
-    """The report's post-mortem; ``None`` when the run wrote no start records."""
-    if not live.processes:
-        return None
+) -> PostMortem:
+    """The report's post-mortem. Without start records (``start_records`` false) it lists no
+    process, but its error fields come from the finished spans all the same: a run whose job
+    raised read 'failed' only when ``live/`` was there, and ``diff --fail-if-slower`` passed
+    it from Collector files."""
+    errors = cols.status == STATUS_ERROR
     as_of = _store_end(cols, live)
+    if not live.processes:
+        return PostMortem(
+            as_of_unix_ns=as_of, open_spans=0, processes=[], unclean=0,
+            stall_records=list(stall_records or []), errors=int(errors.sum()),
+            last_error=_naming_pid(_last_error(cols, errors), cols, live),
+            job_error=_naming_pid(_job_error(cols, errors), cols, live),
+            failed_step=_failed_step(cols, errors), start_records=False)
     # A process that went silent before the end hung (or lay dead) only until its last
     # heartbeat: its open spans are aged to that, not to when the rest of the run stopped.
     silent = {key: p.last_heard_ns for key, p in live.processes.items() if p.silent(as_of)}
@@ -384,7 +393,6 @@ def post_mortem(
     # Only processes that wrote a live file can be judged for a clean shutdown.
     kept = [p for p in states if p.open or (p.process in live.processes and not p.clean_shutdown)]
     kept.sort(key=lambda p: (not p.open, p.worker_group, p.rank, p.process))
-    errors = cols.status == STATUS_ERROR
     return PostMortem(
         as_of_unix_ns=as_of,
         open_spans=sum(len(p.open) for p in states),
@@ -433,8 +441,6 @@ def open_span_records(cols: SpanColumns, live: LiveReadResult) -> list[SpanRecor
     replacement), tagged ``rl.open``: the timeline of a hung run drew everything but the spans
     it hung in."""
     pm = post_mortem(cols, live)
-    if pm is None:
-        return []
     out = []
     for p in pm.processes:
         resource = live.processes[p.process].resource if p.process in live.processes else {}

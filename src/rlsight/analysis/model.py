@@ -556,6 +556,10 @@ class PostMortem:
     the job, and the run failed rather than finished."""
     failed_step: int | None = None
     """The number of the latest ``rl.step`` that ended with an error status, if any."""
+    start_records: bool = True
+    """Whether the run folder has start records (``live/``). Without them (Collector files) the
+    open spans and shutdowns are unknown; the error fields, read from the finished spans, are
+    still filled in, so a failed run still reads failed."""
 
 
 @dataclass(frozen=True, slots=True)

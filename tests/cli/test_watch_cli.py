@@ -537,3 +537,27 @@ def test_stacks_leave_out_rlsights_own_idle_threads() -> None:
     assert out.endswith("(2 idle rlsight thread(s) not shown)")
     plain = 'Process 1: x\nThread 1 (idle): "MainThread"\n    f (a.py:1)'
     assert _without_own_threads(plain) == plain
+
+
+@pytest.mark.parametrize("raise_in", [None, 5])
+def test_a_step_error_the_loop_caught_is_not_where_the_run_failed(run_dir: Path, capsys, raise_in) -> None:
+    """Review: step 2 raised and the loop caught it outside step_span (a skipped batch); the
+    job then raised after step 5 (a checkpoint write), and the report read 'failed in step 2'."""
+    from rlsight import job_span
+
+    with pytest.raises(RuntimeError), capture_telemetry(run_dir=run_dir, run_id="caught"), job_span():
+        for n in range(1, 6):
+            try:
+                with step_span(n), span(RL.TRAINING, "rl.train.policy"):
+                    if n in (2, raise_in):
+                        raise ValueError(f"bad batch {n}")
+            except ValueError:
+                if n == raise_in:
+                    raise RuntimeError("gave up") from None
+        raise RuntimeError("checkpoint write failed")
+    assert main(["report", str(run_dir), "--json"]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out)["postmortem"]["failed_step"] == raise_in
+    assert main(["report", str(run_dir)]) == EXIT_OK
+    head = capsys.readouterr().out.splitlines()[0]
+    assert head.endswith(f"; failed{'' if raise_in is None else f' in step {raise_in}'}: RuntimeError: "
+                         f"{'checkpoint write failed' if raise_in is None else 'gave up'} (see errors)"), head

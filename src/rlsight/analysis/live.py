@@ -410,24 +410,43 @@ def _name_mask(cols: SpanColumns, name: str) -> Any:
     return cols.name == (cols.names.index(name) if name in cols.names else -1)
 
 
-def _job_error(cols: SpanColumns, errors: Any) -> ErrorSpan | None:
-    """The latest ``rl.job`` when it ended in error: the run failed (a driver that raised out of
-    its job read 'finished' in watch and nothing in the report but the steps it did)."""
+def _failed_job(cols: SpanColumns, errors: Any) -> int | None:
+    """Index of the latest ``rl.job`` when it ended in error, else ``None``."""
     jobs = _name_mask(cols, JOB_SPAN)
     if not jobs.any():
         return None
     index = np.flatnonzero(jobs)
-    if not errors[int(index[np.argmax(cols.end[index])])]:
+    last = int(index[np.argmax(cols.end[index])])
+    return last if errors[last] else None
+
+
+def _job_error(cols: SpanColumns, errors: Any) -> ErrorSpan | None:
+    """The latest ``rl.job`` when it ended in error: the run failed (a driver that raised out of
+    its job read 'finished' in watch and nothing in the report but the steps it did)."""
+    if _failed_job(cols, errors) is None:
         return None
-    return _last_error(cols, errors & jobs)
+    return _last_error(cols, errors & _name_mask(cols, JOB_SPAN))
 
 
 def _failed_step(cols: SpanColumns, errors: Any) -> int | None:
-    failed = errors & _name_mask(cols, STEP_SPAN)
-    if not failed.any():
+    """The step the job failed in: the job process's last step (by end) when it ended in error,
+    or an errored step open when the job ended. ``None`` when the job did not fail, or failed
+    between steps: a step error the loop caught (a retry, a skipped batch) three steps before
+    the job raised is not where the run failed."""
+    job = _failed_job(cols, errors)
+    steps = _name_mask(cols, STEP_SPAN)
+    if job is None or not steps.any():
         return None
-    index = np.flatnonzero(failed)
-    number = int(cols.step_no[int(index[np.argmax(cols.end[index])])])
+    failed_at = int(cols.end[job])
+    own = np.flatnonzero(steps & (cols.process == cols.process[job]))
+    candidates = np.flatnonzero(errors & steps & (cols.start <= failed_at) & (cols.end >= failed_at))
+    if len(own):
+        last = int(own[np.argmax(cols.end[own])])
+        if errors[last]:
+            candidates = np.r_[candidates, last]
+    if not len(candidates):
+        return None
+    number = int(cols.step_no[int(candidates[np.argmax(cols.end[candidates])])])
     return None if number == NO_STEP else number
 
 

@@ -498,24 +498,50 @@ def _last_error(cols: SpanColumns, errors: Any) -> ErrorSpan | None:
 
 #: A pid in an error message, as Ray's ActorDiedError lists the dead actor's (``\tpid: 11434``).
 _PID_IN_MESSAGE = re.compile(r"\bpid[:=]\s*(\d+)\b")
+#: The node address Ray gives with it: ``(pid=4242, ip=10.0.0.9, ...)``, ``\tip: 10.0.0.9``.
+_IP_IN_MESSAGE = re.compile(r"\bip[:=]\s*([0-9A-Za-z][0-9A-Za-z.:-]*[0-9A-Za-z])")
+#: How far after a pid its ``ip`` may be (Ray's ActorDiedError puts name and namespace between).
+_IP_REACH = 400
+#: Resource attribute with a process's addresses (OpenTelemetry's host convention).
+_HOST_IP = "host.ip"
+
+
+def _addresses(resource: Mapping[str, AttributeValue]) -> set[str]:
+    """The addresses a process is known by: its ``host.ip`` values and its host name."""
+    ips = resource.get(_HOST_IP)
+    out = {str(v) for v in ips} if isinstance(ips, list | tuple) else {str(ips)} if ips is not None else set()
+    return out | ({str(resource[HOST_NAME])} if HOST_NAME in resource else set())
 
 
 def _naming_pid(error: ErrorSpan | None, cols: SpanColumns, live: LiveReadResult) -> ErrorSpan | None:
     """``error`` with the run's processes its message names by pid: the driver of a sink run read
-    'ActorDiedError' over six ranks all open in the same span, the dead one among them."""
+    'ActorDiedError' over six ranks all open in the same span, the dead one among them.
+
+    A pid is named only when one process of the run has it; when Ray gives the pid's node
+    (``ip=``), that process must be known by that address too (``host.ip`` or its host name):
+    a pid number is per host, and a task that raised on another node read as the run's rank
+    with the same pid number. A process whose address is unknown is not named."""
     if error is None or not error.message:
         return error
-    labels: dict[int, set[str]] = {}
+    known: dict[int, dict[str, set[str]]] = {}
     for r in [*cols.resources, *(p.resource for p in live.processes.values())]:
         pid = _int(r.get(PROCESS_PID))
         if pid is not None:
-            labels.setdefault(pid, set()).add(f"{r.get(WORKER_GROUP, '?')}/{r.get(RANK, '?')}")
-    pids = [pid for pid in dict.fromkeys(int(m) for m in _PID_IN_MESSAGE.findall(error.message))
-            if len(labels.get(pid, ())) == 1]
-    if not pids:
+            label = f"{r.get(WORKER_GROUP, '?')}/{r.get(RANK, '?')}"
+            known.setdefault(pid, {}).setdefault(label, set()).update(_addresses(r))
+    named: dict[int, str] = {}
+    matches = list(_PID_IN_MESSAGE.finditer(error.message))
+    for m, after in itertools.zip_longest(matches, matches[1:]):
+        pid = int(m.group(1))
+        stop = min(m.end() + _IP_REACH, after.start() if after is not None else len(error.message))
+        ip = _IP_IN_MESSAGE.search(error.message, m.end(), stop)
+        labels = [label for label, addresses in known.get(pid, {}).items()
+                  if ip is None or ip.group(1) in addresses]
+        if len(known.get(pid, {})) == 1 and len(labels) == 1:
+            named.setdefault(pid, labels[0])
+    if not named:
         return error
-    return dataclasses.replace(error, named_pids=pids,
-                               named_processes=[next(iter(labels[pid])) for pid in pids])
+    return dataclasses.replace(error, named_pids=list(named), named_processes=list(named.values()))
 
 
 def _steps_per_min(step_ends: Any) -> float | None:

@@ -561,3 +561,24 @@ def test_a_step_error_the_loop_caught_is_not_where_the_run_failed(run_dir: Path,
     head = capsys.readouterr().out.splitlines()[0]
     assert head.endswith(f"; failed{'' if raise_in is None else f' in step {raise_in}'}: RuntimeError: "
                          f"{'checkpoint write failed' if raise_in is None else 'gave up'} (see errors)"), head
+
+
+def test_the_watch_screen_shows_control_sequences_from_the_files_escaped() -> None:
+    """Review: a status message with an OSC title sequence and a screen clear reached the
+    terminal raw through `watch --once` (the report escapes them); a span name in Rich markup
+    restyled the table."""
+    import dataclasses
+
+    from rlsight.analysis.model import ErrorSpan
+
+    snap = _dead_worker_snapshot(silent=True)
+    driver, worker = snap.processes
+    renamed = dataclasses.replace(worker, worker_group="gen\x1b[31m", innermost=dataclasses.replace(
+        worker.innermost, name="[bold]rl.x\x1b]0;t\x07"))
+    error = ErrorSpan(name="rl.job", process=driver.process, worker_group="driver", rank=0,
+                      end_unix_ns=snap.now_unix_ns, message="RuntimeError: boom \x1b]0;pwned\x07 \x1b[2J")
+    text = _screen_text(dataclasses.replace(snap, processes=[driver, renamed], last_error=error,
+                                            run_id="r\x1b[2J"))
+    assert "\x1b" not in text and "\x07" not in text
+    assert "RuntimeError: boom \\x1b]0;pwned\\x07 \\x1b[2J" in text
+    assert "[bold]rl.x\\x1b]0;t\\x07" in text and "gen\\x1b[31m/" in text and "run r\\x1b[2J" in text

@@ -582,3 +582,29 @@ def test_the_watch_screen_shows_control_sequences_from_the_files_escaped() -> No
     assert "\x1b" not in text and "\x07" not in text
     assert "RuntimeError: boom \\x1b]0;pwned\\x07 \\x1b[2J" in text
     assert "[bold]rl.x\\x1b]0;t\\x07" in text and "gen\\x1b[31m/" in text and "run r\\x1b[2J" in text
+
+
+def test_a_driver_that_raised_then_was_resumed_is_not_failed_in_report_or_watch(
+        run_dir: Path, capsys) -> None:
+    """Review: the first driver raised out of its job, a new driver resumed the run and was
+    SIGKILLed in step 3 with its job open: watch (which sees the open job) did not say failed,
+    the report (the latest finished job) did. The job a later one resumed does not decide."""
+    import subprocess
+    import sys
+
+    from rlsight import job_span
+
+    with pytest.raises(RuntimeError), capture_telemetry(run_dir=run_dir, run_id="resumed"), \
+            job_span(total_steps=4):
+        with step_span(1), span(RL.TRAINING, "rl.train.policy"):
+            raise RuntimeError("loss is NaN")
+    killed = subprocess.run([sys.executable, "-c", _KILLED_DRIVER, str(run_dir)], timeout=120)
+    assert killed.returncode == -9
+    assert main(["watch", str(run_dir), "--json"]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out)["job_failed"] is False
+    assert main(["report", str(run_dir), "--json"]) == EXIT_OK
+    pm = json.loads(capsys.readouterr().out)["postmortem"]
+    assert pm["job_error"] is None and pm["failed_step"] is None and pm["errors"] == 3
+    assert main(["report", str(run_dir)]) == EXIT_OK
+    head = capsys.readouterr().out.splitlines()[0]
+    assert "failed" not in head and "then step 3" in head, head

@@ -383,8 +383,8 @@ def post_mortem(
             as_of_unix_ns=as_of, open_spans=0, processes=[], unclean=0,
             stall_records=list(stall_records or []), errors=int(errors.sum()),
             last_error=_naming_pid(_last_error(cols, errors), cols, live),
-            job_error=_naming_pid(_job_error(cols, errors), cols, live),
-            failed_step=_failed_step(cols, errors), start_records=False)
+            job_error=_naming_pid(_job_error(cols, errors, live), cols, live),
+            failed_step=_failed_step(cols, errors, live), start_records=False)
     # A process that went silent before the end hung (or lay dead) only until its last
     # heartbeat: its open spans are aged to that, not to when the rest of the run stopped.
     silent = {key: p.last_heard_ns for key, p in live.processes.items() if p.silent(as_of)}
@@ -401,8 +401,8 @@ def post_mortem(
         stall_records=list(stall_records or []),
         errors=int(errors.sum()),
         last_error=_naming_pid(_last_error(cols, errors), cols, live),
-        job_error=_naming_pid(_job_error(cols, errors), cols, live),
-        failed_step=_failed_step(cols, errors),
+        job_error=_naming_pid(_job_error(cols, errors, live), cols, live),
+        failed_step=_failed_step(cols, errors, live),
     )
 
 
@@ -410,30 +410,39 @@ def _name_mask(cols: SpanColumns, name: str) -> Any:
     return cols.name == (cols.names.index(name) if name in cols.names else -1)
 
 
-def _failed_job(cols: SpanColumns, errors: Any) -> int | None:
-    """Index of the latest ``rl.job`` when it ended in error, else ``None``."""
+def _failed_job(cols: SpanColumns, errors: Any, live: LiveReadResult) -> int | None:
+    """Index of the latest ``rl.job`` when it ended in error and no driver resumed the run
+    after it, else ``None``. A job that started later and never ended (a resumed driver still
+    running, or killed) decides instead: the job a replaced driver raised out of is not how
+    the run ended (the report read 'failed' where watch, which sees the open job, did not)."""
     jobs = _name_mask(cols, JOB_SPAN)
     if not jobs.any():
         return None
     index = np.flatnonzero(jobs)
     last = int(index[np.argmax(cols.end[index])])
-    return last if errors[last] else None
+    if not errors[last]:
+        return None
+    started = int(cols.start[last])
+    later = [_hex(s.span_id) for s in live.starts if s.name == JOB_SPAN and s.start_ns > started]
+    if later and not np.isin(np.asarray(later, dtype=np.uint64), cols.span_id).all():
+        return None
+    return last
 
 
-def _job_error(cols: SpanColumns, errors: Any) -> ErrorSpan | None:
+def _job_error(cols: SpanColumns, errors: Any, live: LiveReadResult) -> ErrorSpan | None:
     """The latest ``rl.job`` when it ended in error: the run failed (a driver that raised out of
     its job read 'finished' in watch and nothing in the report but the steps it did)."""
-    if _failed_job(cols, errors) is None:
+    if _failed_job(cols, errors, live) is None:
         return None
     return _last_error(cols, errors & _name_mask(cols, JOB_SPAN))
 
 
-def _failed_step(cols: SpanColumns, errors: Any) -> int | None:
+def _failed_step(cols: SpanColumns, errors: Any, live: LiveReadResult) -> int | None:
     """The step the job failed in: the job process's last step (by end) when it ended in error,
     or an errored step open when the job ended. ``None`` when the job did not fail, or failed
     between steps: a step error the loop caught (a retry, a skipped batch) three steps before
     the job raised is not where the run failed."""
-    job = _failed_job(cols, errors)
+    job = _failed_job(cols, errors, live)
     steps = _name_mask(cols, STEP_SPAN)
     if job is None or not steps.any():
         return None
@@ -658,6 +667,6 @@ def watch_snapshot(
         errors=int(errors.sum()), last_error=_naming_pid(_last_error(cols, errors), cols, live),
         processes=states,
         job_ended_unix_ns=int(cols.end[job_mask].max()) if job_mask.any() and not job_open else None,
-        job_failed=not job_open and _job_error(cols, errors) is not None,
+        job_failed=not job_open and _job_error(cols, errors, live) is not None,
         k=k, min_age_s=min_age_s, skipped=len(skipped) + len(live.skipped),
     )

@@ -467,7 +467,18 @@ def test_the_timeline_of_a_hung_run_draws_the_spans_it_hung_in(run_dir: Path, tm
             assert main(["timeline", str(run_dir), "-o", str(out)]) == EXIT_OK
             one_step = ["timeline", str(run_dir), "-o", str(tmp_path / "one.json"), "--steps", "1"]
             assert main(one_step) == EXIT_OK
-    assert "2 of them never ended" in capsys.readouterr().err
+            # --max-spans caps the open spans too, the earliest first (review: they were added
+            # beyond the cap).
+            capped = ["timeline", str(run_dir), "-o", str(tmp_path / "capped.json"), "--max-spans", "3"]
+            assert main(capped) == EXIT_OK
+    err = capsys.readouterr().err
+    assert "2 of them never ended" in err
+    assert "(3 spans, 1 of them never ended" in err
+    assert "1 span(s) that never ended were left out by --max-spans" in err
+    capped_events = json.loads((tmp_path / "capped.json").read_text())
+    capped_events = capped_events["traceEvents"] if isinstance(capped_events, dict) else capped_events
+    assert [e["name"] for e in capped_events if e.get("ph") == "X" and e.get("args", {}).get("rl.open")] == [
+        "rl.step"]
     events = json.loads(out.read_text())
     events = events["traceEvents"] if isinstance(events, dict) else events
     opened = {e["name"] for e in events if e.get("ph") == "X" and e.get("args", {}).get("rl.open")}
@@ -608,3 +619,28 @@ def test_a_driver_that_raised_then_was_resumed_is_not_failed_in_report_or_watch(
     assert main(["report", str(run_dir)]) == EXIT_OK
     head = capsys.readouterr().out.splitlines()[0]
     assert "failed" not in head and "then step 3" in head, head
+
+
+def test_the_timeline_reads_the_runs_columns_once(run_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    """Review: with start records in live/ the timeline read every span's columns a second time
+    for the spans that never ended, even for a --steps window."""
+    import rlsight.analysis._read as read_module
+    import rlsight.analysis.window as window_module
+
+    with capture_telemetry(run_dir=run_dir, run_id="twice"):
+        for n in (1, 2):
+            with step_span(n), span(RL.TRAINING, "rl.train.policy"):
+                if n == 1:
+                    _wait_for(run_dir, "rl.train.policy")  # a start record on disk
+    assert read_live(run_dir).starts
+    reads = []
+    real = read_module.read_span_columns
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        reads.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(read_module, "read_span_columns", counted)
+    monkeypatch.setattr(window_module, "read_span_columns", counted)
+    assert main(["timeline", str(run_dir), "-o", str(tmp_path / "t.json"), "--steps", "2"]) == EXIT_OK
+    assert len(reads) == 1

@@ -176,10 +176,11 @@ def lost_work(cols: SpanColumns, live: LiveReadResult, running: Collection[str] 
     (a producer thread of an async run) hangs under ``rl.job``, whose thread meanwhile did
     unrelated work (training, a checkpoint) that the wait must not relabel; that loss is in the
     post-mortem, not the partition. A ``rl.concurrent`` caller is outside the partition and is
-    not charged either. A caller's waits are merged (two workers lost in one call are one wait, not two
-    overlapping spans whose durations add up), and each merged stretch is a child of the
-    caller on its timeline, in the ``wasted`` bucket, so the partition (the deepest span
-    decides) counts that wait as wasted. ``running``: as in :func:`process_states`.
+    not charged either. A caller's waits are merged (two workers lost in one call are one
+    wait, not two overlapping spans whose durations add up), and each merged stretch is a
+    child of the caller on its timeline, in the ``wasted`` bucket, so the partition (the
+    deepest span decides) counts that wait as wasted. ``running``: as in
+    :func:`process_states`.
     """
     finished = {s: i for i, s in enumerate(cols.span_id.tolist())}
     replaced = _replacements(live, {key: end for key, (_, end) in _last_spans(cols).items()}, running)
@@ -508,7 +509,7 @@ def _last_error(cols: SpanColumns, errors: Any) -> ErrorSpan | None:
 #: A pid in an error message, as Ray's ActorDiedError lists the dead actor's (``\tpid: 11434``).
 _PID_IN_MESSAGE = re.compile(r"\bpid[:=]\s*(\d+)\b")
 #: The node address Ray gives with it: ``(pid=4242, ip=10.0.0.9, ...)``, ``\tip: 10.0.0.9``.
-_IP_IN_MESSAGE = re.compile(r"\bip[:=]\s*([0-9A-Za-z][0-9A-Za-z.:-]*[0-9A-Za-z])")
+_IP_IN_MESSAGE = re.compile(r"\bip[:=]\s*([0-9A-Za-z:][0-9A-Za-z.:-]*[0-9A-Za-z])")
 #: How far after a pid its ``ip`` may be (Ray's ActorDiedError puts name and namespace between).
 _IP_REACH = 400
 #: Resource attribute with a process's addresses (OpenTelemetry's host convention).

@@ -117,3 +117,14 @@ class TestAnUnusableCategoryAtTheEmitSite:
         with pytest.warns(RlsightWarning, match=r"call declare_efficiency_categories\('idle/typo'\) at"):
             with efficiency_span("idle/typo"):
                 pass
+
+
+def test_the_reports_lost_work_span_is_a_declared_category() -> None:
+    """Review: the report's own rl.efficiency.wasted.lost_worker spans had no declared category,
+    so `rlsight check` and span-groups.md's list did not know them."""
+    from rlsight import declared_efficiency_categories
+    from rlsight._semconv import EFFICIENCY_SPAN_PREFIX
+    from rlsight.analysis.live import LOST_WORK_SPAN
+
+    assert LOST_WORK_SPAN == EFFICIENCY_SPAN_PREFIX + "wasted.lost_worker"
+    assert "wasted/lost_worker" in declared_efficiency_categories()

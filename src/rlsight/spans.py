@@ -551,9 +551,11 @@ def record_efficiency_seconds(category: str, seconds: float) -> None:
 
 
 #: The categories rlsight declares itself (docs/span-groups.md lists these).
+#: ``wasted/lost_worker`` is the report's own: the caller's wait on work a replaced worker lost
+#: (``rlsight.analysis.live.lost_work``); declared so that ``rlsight check`` and the docs know it.
 BUILTIN_EFFICIENCY_CATEGORIES: Final = (
     "idle/buffer_starvation", "idle/refit_bubble", "idle/generation_wait", "idle/barrier",
-    "wasted/stale_discard", "wasted/aborted_rollout", "wasted/recompute",
+    "wasted/stale_discard", "wasted/aborted_rollout", "wasted/recompute", "wasted/lost_worker",
 )
 #: Built-in categories that claim no bucket: a collector's loop, the whole initialisation.
 BUILTIN_UNBUCKETED_EFFICIENCY_CATEGORIES: Final = ("collector/loop", "init/total")

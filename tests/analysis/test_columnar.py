@@ -32,6 +32,10 @@ def test_a_run_read_from_files_analyses_like_its_records(run: RunBuilder, tmp_pa
     from_records = analyze(run).to_dict()
     assert from_files["summary"].pop("files") == 4
     from_records["summary"].pop("files")
+    # A run folder always gets a post-mortem (its error fields), here without start records.
+    postmortem = from_files.pop("postmortem")
+    assert postmortem["start_records"] is False and postmortem["errors"] == 0
+    assert from_records.pop("postmortem") is None
     assert from_files == from_records
 
 

@@ -130,3 +130,86 @@ def test_a_call_lost_with_a_process_ray_replaced_is_wasted_in_the_callers_step(r
     (run_dir / "live" / "generation-0-2.jsonl").unlink()
     (run_dir / "traces" / "generation-0-2.jsonl").unlink()
     assert analyze_run(run_dir).steps[0].buckets.wasted_ns == 0
+
+
+def _two_workers_lost_in_one_call(run: RunBuilder, tmp_path, *, twice: bool = False):
+    """Two generation ranks SIGKILLed inside one driver call (0.5 s in), both replaced at 4 s."""
+    d = run.process()
+    step = d.step(1, 0, 10)
+    call = d.span("rl.rollout.generate", 0, 10, parent=step, bucket="productive")
+    pairs = []
+    for rank, (old, new) in enumerate([(1, 2), (3, 4)]):
+        dead, repl = run.process("generation", rank, pid=old), run.process("generation", rank, pid=new)
+        lost = dead.span("rl.rollout.generate", 0.5, 99, parent=call, bucket="productive")
+        dead.spans.remove(lost.record)
+        repl.span("rl.rollout.generate", 6, 10, parent=call, bucket="productive")
+        pairs.append((dead, repl, lost))
+    run_dir = run.write(tmp_path / "run")
+    _live_file(run_dir, d, 0)
+    for dead, repl, lost in pairs:
+        _live_file(run_dir, dead, 0, [lost.record] * (2 if twice else 1))
+        _live_file(run_dir, repl, 4)
+    return run_dir
+
+
+def test_two_workers_lost_in_one_call_are_one_wait(run: RunBuilder, tmp_path):
+    """Review: one synthetic span per lost span gave two overlapping 3.5 s spans under the same
+    call: the step counted 3.5 s once, but wasted-by-name said 7.0 s (more than the total)."""
+    from rlsight.analysis import analyze_run
+
+    report = analyze_run(_two_workers_lost_in_one_call(run, tmp_path))
+    assert report.wasted.by_step_ns == [int(3.5 * SEC)]
+    assert [(w.name, w.spans, w.total_ns) for w in report.wasted.by_name] == [
+        ("rl.efficiency.wasted.lost_worker", 1, int(3.5 * SEC))]
+    assert any(n.startswith("2 span(s) of a replaced process") for n in report.notes)
+
+
+def test_lost_work_is_not_counted_as_spans_read(run: RunBuilder, tmp_path):
+    """The report's own spans partition time but were not read: the summary counted them as read
+    (6 where the files held 4), and the volume per step in the efficiency group."""
+    import json
+
+    from rlsight.analysis import analyze_run
+
+    run_dir = _two_workers_lost_in_one_call(run, tmp_path)
+    in_files = sum(len(ss["spans"]) for f in (run_dir / "traces").glob("*.jsonl")
+                   for line in f.read_text().splitlines()
+                   for rs in json.loads(line)["resourceSpans"] for ss in rs["scopeSpans"])
+    report = analyze_run(run_dir)
+    assert report.summary.spans == in_files == 4
+    assert report.steps[0].spans == 4  # the step, the call and the two retries
+    assert "efficiency" not in {g.group for g in report.volume.groups}
+
+
+def test_a_start_record_listed_twice_is_one_lost_span(run: RunBuilder, tmp_path):
+    from rlsight.analysis import analyze_run
+
+    report = analyze_run(_two_workers_lost_in_one_call(run, tmp_path, twice=True))
+    assert any(n.startswith("2 span(s) of a replaced process") for n in report.notes), report.notes
+    assert report.wasted.by_step_ns == [int(3.5 * SEC)]
+
+
+def test_work_lost_under_an_umbrella_caller_is_not_charged(run: RunBuilder, tmp_path):
+    """Async layout: a producer thread dispatches with the job's context, so the lost span's
+    parent is rl.job, while the driver's main thread trained and checkpointed: charging the
+    wait under rl.job relabelled the checkpoint at 19-20 s (and step 2's training) as wasted."""
+    from rlsight.analysis import analyze_run
+
+    d = run.process()
+    job = d.span("rl.job", 0, 30, group="job")
+    for k in range(3):
+        step = d.step(k + 1, 10 * k, 10 * k + 9, parent=job)
+        d.span("rl.train.policy", 10 * k, 10 * k + 8, parent=step, bucket="productive")
+        d.span("rl.checkpoint.save", 10 * k + 9, 10 * k + 10, parent=job, bucket="overhead")
+    dead, new = run.process("generation", 0, pid=1), run.process("generation", 0, pid=2)
+    lost = dead.span("rl.generation.sample", 12, 99, parent=job, bucket="productive")
+    dead.spans.remove(lost.record)
+    new.span("rl.generation.sample", 23, 25, parent=job, bucket="productive")
+    run_dir = run.write(tmp_path / "run")
+    _live_file(run_dir, d, 0)
+    _live_file(run_dir, dead, 0, [lost.record])
+    _live_file(run_dir, new, 22)
+    report = analyze_run(run_dir)
+    assert report.summary.buckets.overhead_ns == 3 * SEC
+    assert [s.buckets.wasted_ns for s in report.steps] == [0, 0, 0]
+    assert report.wasted.by_name == []

@@ -150,3 +150,19 @@ def test_docs_example_runs(code: str, tmp_path: Path) -> None:
         cwd=tmp_path, capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_every_code_fence_of_the_manual_closes_on_a_bare_line() -> None:
+    """Review: live.md had a closing fence with prose after it (```` ``` The run above ````): the
+    block never closed, and every later block's fences paired the wrong way round. A fence
+    opens with an optional language and closes on a line of its own; each page's fences pair."""
+    for page in PAGES:
+        fences = [(n, line.strip()) for n, line in enumerate(
+            (DOCS / page).read_text(encoding="utf-8").splitlines(), 1) if line.lstrip().startswith("```")]
+        opens = fences[::2]
+        closes = fences[1::2]
+        assert len(fences) % 2 == 0, f"{page}: a code fence is never closed (fences at {fences})"
+        bad = [n for n, text in opens if not re.fullmatch(r"```[\w+-]*", text)]
+        bad += [n for n, text in closes if text != "```"]
+        assert not bad, f"{page}: lines {bad} open a fence with more than a language, or close one " \
+                        "with text after it"

@@ -203,3 +203,25 @@ def test_a_run_that_hung_or_failed_is_not_faster_and_fails_the_gate(tmp_path: Pa
             assert main(gate) == EXIT_PROBLEMS
     doc = json.loads(capsys.readouterr().out)
     assert doc["b"]["unfinished"].startswith("step 2 never ended") and doc["a"]["unfinished"] is None
+
+
+def test_a_failed_run_without_start_records_still_reads_failed(tmp_path: Path, capsys) -> None:
+    """Review: the post-mortem was None without ``live/`` (Collector files), and the error
+    fields lived in it: the report did not say 'failed' and ``diff --fail-if-slower`` passed a
+    run whose job raised (rc 0; 1 with ``live/``)."""
+    import shutil
+
+    healthy, failed = tmp_path / "healthy", tmp_path / "failed"
+    _steps(healthy, "healthy", 0.05)
+    with pytest.raises(RuntimeError):
+        _steps(failed, "failed", 0.001, fail_in=3)
+    shutil.rmtree(failed / "live")
+    assert main(["report", str(failed)]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "; failed in step 3: RuntimeError: loss is NaN (see errors)" in out.splitlines()[0]
+    assert "open at end  not recorded (no start records in this run folder)" in out
+    assert main(["diff", str(healthy), str(failed), "--fail-if-slower", "5"]) == EXIT_PROBLEMS
+    assert "B did not finish: failed in step 3" in capsys.readouterr().err
+    assert main(["report", str(failed), "--json"]) == EXIT_OK
+    pm = json.loads(capsys.readouterr().out)["postmortem"]
+    assert pm["start_records"] is False and pm["processes"] == [] and pm["errors"] == 3

@@ -82,10 +82,18 @@ class TestReport:
                 while len(read_live(run).starts) < 3 and time.monotonic() < deadline:
                     time.sleep(0.02)  # the start records are written every 50 ms
                 assert main(["report", str(run)]) == EXIT_INPUT
-                assert main(["timeline", str(run), "-o", str(tmp_path / "t.json")]) == EXIT_INPUT
-        for err in capsys.readouterr().err.splitlines():
-            assert "3 span(s) started and none ended" in err and "rl.setup.workers" in err
-            assert f"rlsight watch {run}" in err and "enable telemetry" not in err
+                (err,) = capsys.readouterr().err.splitlines()
+                assert "3 span(s) started and none ended" in err and "rl.setup.workers" in err
+                assert f"rlsight watch {run}" in err and "enable telemetry" not in err
+                # The timeline draws what it found open (review: it exited 3 with them in hand).
+                assert main(["timeline", str(run), "-o", str(tmp_path / "t.json")]) == EXIT_OK
+                err = capsys.readouterr().err
+                assert f"no span of {run} has ended; drawing the 3 that started" in err
+                assert f"rlsight watch {run}" in err and "3 spans, 3 of them never ended" in err
+        events = json.loads((tmp_path / "t.json").read_text())
+        events = events["traceEvents"] if isinstance(events, dict) else events
+        drawn = {e["name"] for e in events if e.get("ph") == "X"}
+        assert drawn == {"rl.job", "rl.startup", "rl.setup.workers"}
 
     def test_a_saved_report_is_named_as_one_not_read_as_collector_files(self, run_dir, tmp_path, capsys):
         assert main(["report", str(run_dir), "--json"]) == EXIT_OK

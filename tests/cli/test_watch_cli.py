@@ -202,10 +202,11 @@ def test_the_header_says_how_far_the_run_is_how_fast_it_goes_and_where_it_last_f
         with step_span(5):
             _wait_for(run_dir, "rl.step")
             deadline = time.monotonic() + 5
-            while True:  # the finished steps reach traces/ within the store's write-through
+            while True:  # the finished steps reach traces/ within the store's write-through,
+                # and step 5's start record live/ (an earlier step's may satisfy _wait_for)
                 assert main(["watch", str(run_dir), "--json"]) == EXIT_OK
                 doc = json.loads(capsys.readouterr().out)
-                if doc["steps"] == 4 or time.monotonic() > deadline:
+                if (doc["steps"], doc["last_step"]) == (4, 5) or time.monotonic() > deadline:
                     break
                 time.sleep(0.05)
             assert main(["watch", str(run_dir), "--once"]) == EXIT_OK
@@ -467,7 +468,18 @@ def test_the_timeline_of_a_hung_run_draws_the_spans_it_hung_in(run_dir: Path, tm
             assert main(["timeline", str(run_dir), "-o", str(out)]) == EXIT_OK
             one_step = ["timeline", str(run_dir), "-o", str(tmp_path / "one.json"), "--steps", "1"]
             assert main(one_step) == EXIT_OK
-    assert "2 of them never ended" in capsys.readouterr().err
+            # --max-spans caps the open spans too, the earliest first (review: they were added
+            # beyond the cap).
+            capped = ["timeline", str(run_dir), "-o", str(tmp_path / "capped.json"), "--max-spans", "3"]
+            assert main(capped) == EXIT_OK
+    err = capsys.readouterr().err
+    assert "2 of them never ended" in err
+    assert "(3 spans, 1 of them never ended" in err
+    assert "1 span(s) that never ended were left out by --max-spans" in err
+    capped_events = json.loads((tmp_path / "capped.json").read_text())
+    capped_events = capped_events["traceEvents"] if isinstance(capped_events, dict) else capped_events
+    assert [e["name"] for e in capped_events if e.get("ph") == "X" and e.get("args", {}).get("rl.open")] == [
+        "rl.step"]
     events = json.loads(out.read_text())
     events = events["traceEvents"] if isinstance(events, dict) else events
     opened = {e["name"] for e in events if e.get("ph") == "X" and e.get("args", {}).get("rl.open")}
@@ -537,3 +549,99 @@ def test_stacks_leave_out_rlsights_own_idle_threads() -> None:
     assert out.endswith("(2 idle rlsight thread(s) not shown)")
     plain = 'Process 1: x\nThread 1 (idle): "MainThread"\n    f (a.py:1)'
     assert _without_own_threads(plain) == plain
+
+
+@pytest.mark.parametrize("raise_in", [None, 5])
+def test_a_step_error_the_loop_caught_is_not_where_the_run_failed(run_dir: Path, capsys, raise_in) -> None:
+    """Review: step 2 raised and the loop caught it outside step_span (a skipped batch); the
+    job then raised after step 5 (a checkpoint write), and the report read 'failed in step 2'."""
+    from rlsight import job_span
+
+    with pytest.raises(RuntimeError), capture_telemetry(run_dir=run_dir, run_id="caught"), job_span():
+        for n in range(1, 6):
+            try:
+                with step_span(n), span(RL.TRAINING, "rl.train.policy"):
+                    if n in (2, raise_in):
+                        raise ValueError(f"bad batch {n}")
+            except ValueError:
+                if n == raise_in:
+                    raise RuntimeError("gave up") from None
+        raise RuntimeError("checkpoint write failed")
+    assert main(["report", str(run_dir), "--json"]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out)["postmortem"]["failed_step"] == raise_in
+    assert main(["report", str(run_dir)]) == EXIT_OK
+    head = capsys.readouterr().out.splitlines()[0]
+    assert head.endswith(f"; failed{'' if raise_in is None else f' in step {raise_in}'}: RuntimeError: "
+                         f"{'checkpoint write failed' if raise_in is None else 'gave up'} (see errors)"), head
+
+
+def test_the_watch_screen_shows_control_sequences_from_the_files_escaped() -> None:
+    """Review: a status message with an OSC title sequence and a screen clear reached the
+    terminal raw through `watch --once` (the report escapes them); a span name in Rich markup
+    restyled the table."""
+    import dataclasses
+
+    from rlsight.analysis.model import ErrorSpan
+
+    snap = _dead_worker_snapshot(silent=True)
+    driver, worker = snap.processes
+    renamed = dataclasses.replace(worker, worker_group="gen\x1b[31m", innermost=dataclasses.replace(
+        worker.innermost, name="[bold]rl.x\x1b]0;t\x07"))
+    error = ErrorSpan(name="rl.job", process=driver.process, worker_group="driver", rank=0,
+                      end_unix_ns=snap.now_unix_ns, message="RuntimeError: boom \x1b]0;pwned\x07 \x1b[2J")
+    text = _screen_text(dataclasses.replace(snap, processes=[driver, renamed], last_error=error,
+                                            run_id="r\x1b[2J"))
+    assert "\x1b" not in text and "\x07" not in text
+    assert "RuntimeError: boom \\x1b]0;pwned\\x07 \\x1b[2J" in text
+    assert "[bold]rl.x\\x1b]0;t\\x07" in text and "gen\\x1b[31m/" in text and "run r\\x1b[2J" in text
+
+
+def test_a_driver_that_raised_then_was_resumed_is_not_failed_in_report_or_watch(
+        run_dir: Path, capsys) -> None:
+    """Review: the first driver raised out of its job, a new driver resumed the run and was
+    SIGKILLed in step 3 with its job open: watch (which sees the open job) did not say failed,
+    the report (the latest finished job) did. The job a later one resumed does not decide."""
+    import subprocess
+    import sys
+
+    from rlsight import job_span
+
+    with pytest.raises(RuntimeError), capture_telemetry(run_dir=run_dir, run_id="resumed"), \
+            job_span(total_steps=4):
+        with step_span(1), span(RL.TRAINING, "rl.train.policy"):
+            raise RuntimeError("loss is NaN")
+    killed = subprocess.run([sys.executable, "-c", _KILLED_DRIVER, str(run_dir)], timeout=120)
+    assert killed.returncode == -9
+    assert main(["watch", str(run_dir), "--json"]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out)["job_failed"] is False
+    assert main(["report", str(run_dir), "--json"]) == EXIT_OK
+    pm = json.loads(capsys.readouterr().out)["postmortem"]
+    assert pm["job_error"] is None and pm["failed_step"] is None and pm["errors"] == 3
+    assert main(["report", str(run_dir)]) == EXIT_OK
+    head = capsys.readouterr().out.splitlines()[0]
+    assert "failed" not in head and "then step 3" in head, head
+
+
+def test_the_timeline_reads_the_runs_columns_once(run_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    """Review: with start records in live/ the timeline read every span's columns a second time
+    for the spans that never ended, even for a --steps window."""
+    import rlsight.analysis._read as read_module
+    import rlsight.analysis.window as window_module
+
+    with capture_telemetry(run_dir=run_dir, run_id="twice"):
+        for n in (1, 2):
+            with step_span(n), span(RL.TRAINING, "rl.train.policy"):
+                if n == 1:
+                    _wait_for(run_dir, "rl.train.policy")  # a start record on disk
+    assert read_live(run_dir).starts
+    reads = []
+    real = read_module.read_span_columns
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        reads.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(read_module, "read_span_columns", counted)
+    monkeypatch.setattr(window_module, "read_span_columns", counted)
+    assert main(["timeline", str(run_dir), "-o", str(tmp_path / "t.json"), "--steps", "2"]) == EXIT_OK
+    assert len(reads) == 1

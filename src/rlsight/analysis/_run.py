@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +126,7 @@ def analyze_columns(
     metrics: Iterable[MetricPoint] = (),
     per_step: Mapping[str, bool] | None = None,
     k: float = DEFAULT_K,
+    added: Collection[int] = (),
 ) -> RunReport:
     """Analyse a run already read into columns.
 
@@ -139,6 +140,9 @@ def analyze_columns(
         per_step: Group -> in ``per_step`` (default: the manifest's catalog, else rlsight's
             own groups only, which the notes say when the manifest lacks a catalog).
         k: Straggler threshold in MADs.
+        added: Span ids of the spans the caller added to ``cols`` (the wait on work a replaced
+            worker lost): they partition time like the others, but no file held them, so they
+            are left out of the span counts (the summary's, each step's, the volume).
 
     Raises:
         ValueError: ``cols`` holds no span, or ``k`` is not positive.
@@ -146,13 +150,16 @@ def analyze_columns(
     if len(cols) == 0:
         raise ValueError("no spans to analyse; a run writes them to <run_dir>/traces/*.jsonl")
     table = build_table(cols)
+    read = (~np.isin(table.cols.span_id, np.fromiter(added, np.uint64, len(added)))
+            if added else None)
     steps = find_steps(table)
     controllers = np.unique(steps.timeline)
     part, discards = charge_discards(table, partition_timelines(table, steps), steps)
     run = run_partition(table, part, steps, controllers)
     per_step_buckets = step_buckets(part, steps)
     waste = wasted(table, part, steps, discards)
-    counts = np.bincount(steps.of_span[steps.of_span >= 0], minlength=len(steps))
+    of_span = steps.of_span if read is None else steps.of_span[read]
+    counts = np.bincount(of_span[of_span >= 0], minlength=len(steps))
     rows = [
         StepRollup(
             index=r, step=int(steps.number[r]), timeline=table.timelines[int(steps.timeline[r])],
@@ -179,7 +186,7 @@ def analyze_columns(
         step_goodput_pct=step_goodput_pct(per_step_buckets, steps.superseded),
         steps=len(steps),
         controller_timelines=[table.timelines[int(t)] for t in controllers],
-        spans=len(table),
+        spans=len(table) if read is None else int(read.sum()),
         processes=len(resources),
         timelines=len(table.timelines),
         files=files,
@@ -195,7 +202,7 @@ def analyze_columns(
         startup=startup(table, steps, run.start, run.end),
         fleets=fleets(table, part, run),
         stragglers=stragglers(table, steps, k=k),
-        volume=volume(table, steps, per_step),
+        volume=volume(table, steps, per_step, read),
         wasted=waste,
         top_spans=top_spans(table),
         engine=engine_throughput(metrics, steps),
@@ -251,11 +258,11 @@ def analyze_run(
     analysed, lost = with_lost_work(cols, live)
     report = analyze_columns(
         analysed, skipped=[*unreadable, *skipped, *metrics.skipped, *live.skipped], files=files,
-        manifest=manifest, metrics=metrics.points, k=k,
+        manifest=manifest, metrics=metrics.points, k=k, added=[int(s.span_id, 16) for s in lost.spans],
     )
-    if lost:
+    if lost.lost:
         report = dataclasses.replace(report, notes=[*report.notes, (
-            f"{lost} span(s) of a replaced process (Ray restarted it, or a new one took its worker "
+            f"{lost.lost} span(s) of a replaced process (Ray restarted it, or a new one took its worker "
             f"group and rank) never ended; the wait of the span that called each, until the "
             f"replacement started, is counted as wasted ({LOST_WORK_SPAN})")])
     stalls = sorted((Path(run_dir) / "stalls").glob("stall-*.json"), key=lambda p: p.stat().st_mtime)

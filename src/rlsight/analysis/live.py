@@ -57,6 +57,7 @@ __all__ = [
     "LOST_WORK_SPAN",
     "OPEN_ATTRIBUTE",
     "ErrorSpan",
+    "LostWork",
     "WatchSnapshot",
     "lost_work",
     "nothing_ended",
@@ -150,48 +151,76 @@ LOST_WORK_SPAN = f"{EFFICIENCY_SPAN_PREFIX}wasted.lost_worker"
 _LOST_ID_MASK = 0x6C6F_7374_776F_726B
 
 
-def lost_work(cols: SpanColumns, live: LiveReadResult, running: Collection[str] = ()) -> list[SpanRecord]:
+@dataclass(frozen=True, slots=True)
+class LostWork:
+    """What :func:`lost_work` found: the caller-side spans it adds, and how many lost spans
+    they stand for."""
+
+    spans: list[SpanRecord]
+    """One per caller and disjoint stretch of its wait: two calls lost together are one wait."""
+    lost: int
+    """Distinct lost span ids charged (a start record listed twice is one span)."""
+
+
+def lost_work(cols: SpanColumns, live: LiveReadResult, running: Collection[str] = ()) -> LostWork:
     """The caller's wait on work a process Ray replaced lost, as spans in the ``wasted`` bucket.
 
     A process that died inside a call (SIGKILL, OOM) and was replaced never ends its spans; the
     driver that dispatched the call waited on it until Ray (or its own code) started the
     replacement and called again, all of it inside its own productive span: a step that lost
     4 s to a killed generation worker read 100% productive. For each open span of a replaced
-    process whose parent is a finished span of another process (the caller's dispatch), this is
-    a child of that span on the caller's timeline, from the lost span's start to the
-    replacement's start (clipped to the caller's span), in the ``wasted`` bucket, so the
-    partition (the deepest span decides) counts that wait as wasted. ``running``: as in
+    process whose parent is a finished span of another process (the caller's dispatch), the
+    wait runs from the lost span's start to the replacement's start (clipped to the caller's
+    span). Only a caller with a bucket of its own is charged: an umbrella (``rl.job``,
+    ``rl.step``, a startup umbrella) carries none, and a call dispatched with the job's context
+    (a producer thread of an async run) hangs under ``rl.job``, whose thread meanwhile did
+    unrelated work (training, a checkpoint) that the wait must not relabel; that loss is in the
+    post-mortem, not the partition. A ``rl.concurrent`` caller is outside the partition and is
+    not charged either. A caller's waits are merged (two workers lost in one call are one
+    wait, not two overlapping spans whose durations add up), and each merged stretch is a
+    child of the caller on its timeline, in the ``wasted`` bucket, so the partition (the
+    deepest span decides) counts that wait as wasted. ``running``: as in
     :func:`process_states`.
     """
     finished = {s: i for i, s in enumerate(cols.span_id.tolist())}
     replaced = _replacements(live, {key: end for key, (_, end) in _last_spans(cols).items()}, running)
-    out = []
+    waits: dict[int, list[tuple[int, int, int]]] = {}
     for s in live.starts:
         later = replaced.get(s.process)
-        if later is None or _hex(s.span_id) < 0 or _hex(s.span_id) in finished:
+        lost_id = _hex(s.span_id)
+        if later is None or lost_id < 0 or lost_id in finished:
             continue
         i = finished.get(_hex(s.parent_span_id or ""))
-        if i is None or cols.process_keys[int(cols.process[i])] == s.process:
+        if (i is None or cols.process_keys[int(cols.process[i])] == s.process
+                or cols.bucket[i] < 0 or cols.concurrent[i]):
             continue
         start, end = max(s.start_ns, int(cols.start[i])), min(later.opened_ns, int(cols.end[i]))
-        if end <= start:
-            continue
-        out.append(SpanRecord(
-            trace_id=cols.traces[int(cols.trace[i])], span_id=f"{_hex(s.span_id) ^ _LOST_ID_MASK:016x}",
-            parent_span_id=s.parent_span_id, name=LOST_WORK_SPAN, start_ns=start, end_ns=end,
-            attributes={THREAD_ID: int(cols.thread[i]), BUCKET: "wasted", SPAN_GROUP: "efficiency"},
-            resource=cols.resources[int(cols.process[i])]))
-    return out
-
+        if end > start:
+            waits.setdefault(i, []).append((start, end, lost_id))
+    spans = []
+    for i, intervals in waits.items():
+        merged: list[list[int]] = []
+        for start, end, lost_id in sorted(intervals):
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end, lost_id])
+        for start, end, lost_id in merged:
+            spans.append(SpanRecord(
+                trace_id=cols.traces[int(cols.trace[i])], span_id=f"{lost_id ^ _LOST_ID_MASK:016x}",
+                parent_span_id=f"{int(cols.span_id[i]):016x}", name=LOST_WORK_SPAN, start_ns=start,
+                end_ns=end, resource=cols.resources[int(cols.process[i])],
+                attributes={THREAD_ID: int(cols.thread[i]), BUCKET: "wasted", SPAN_GROUP: "efficiency"}))
+    return LostWork(spans=spans, lost=len({w[2] for ws in waits.values() for w in ws}))
 
 
 def with_lost_work(cols: SpanColumns, live: LiveReadResult,
-                   running: Collection[str] = ()) -> tuple[SpanColumns, int]:
-    """``cols`` with :func:`lost_work`'s spans added, and how many were added."""
+                   running: Collection[str] = ()) -> tuple[SpanColumns, LostWork]:
+    """``cols`` with :func:`lost_work`'s spans added, and what was added."""
     lost = lost_work(cols, live, running)
-    if not lost:
-        return cols, 0
-    return concat_columns([cols, span_columns_from_records(lost)]), len(lost)
+    if not lost.spans:
+        return cols, lost
+    return concat_columns([cols, span_columns_from_records(lost.spans)]), lost
 
 
 def process_states(
@@ -343,11 +372,20 @@ def nothing_ended(run_dir: Path | str, live: LiveReadResult | None = None) -> st
 
 def post_mortem(
     cols: SpanColumns, live: LiveReadResult, *, stall_records: list[str] | None = None,
-) -> PostMortem | None:
-    """The report's post-mortem; ``None`` when the run wrote no start records."""
-    if not live.processes:
-        return None
+) -> PostMortem:
+    """The report's post-mortem. Without start records (``start_records`` false) it lists no
+    process, but its error fields come from the finished spans all the same: a run whose job
+    raised read 'failed' only when ``live/`` was there, and ``diff --fail-if-slower`` passed
+    it from Collector files."""
+    errors = cols.status == STATUS_ERROR
     as_of = _store_end(cols, live)
+    if not live.processes:
+        return PostMortem(
+            as_of_unix_ns=as_of, open_spans=0, processes=[], unclean=0,
+            stall_records=list(stall_records or []), errors=int(errors.sum()),
+            last_error=_naming_pid(_last_error(cols, errors), cols, live),
+            job_error=_naming_pid(_job_error(cols, errors, live), cols, live),
+            failed_step=_failed_step(cols, errors, live), start_records=False)
     # A process that went silent before the end hung (or lay dead) only until its last
     # heartbeat: its open spans are aged to that, not to when the rest of the run stopped.
     silent = {key: p.last_heard_ns for key, p in live.processes.items() if p.silent(as_of)}
@@ -356,7 +394,6 @@ def post_mortem(
     # Only processes that wrote a live file can be judged for a clean shutdown.
     kept = [p for p in states if p.open or (p.process in live.processes and not p.clean_shutdown)]
     kept.sort(key=lambda p: (not p.open, p.worker_group, p.rank, p.process))
-    errors = cols.status == STATUS_ERROR
     return PostMortem(
         as_of_unix_ns=as_of,
         open_spans=sum(len(p.open) for p in states),
@@ -365,8 +402,8 @@ def post_mortem(
         stall_records=list(stall_records or []),
         errors=int(errors.sum()),
         last_error=_naming_pid(_last_error(cols, errors), cols, live),
-        job_error=_naming_pid(_job_error(cols, errors), cols, live),
-        failed_step=_failed_step(cols, errors),
+        job_error=_naming_pid(_job_error(cols, errors, live), cols, live),
+        failed_step=_failed_step(cols, errors, live),
     )
 
 
@@ -374,24 +411,52 @@ def _name_mask(cols: SpanColumns, name: str) -> Any:
     return cols.name == (cols.names.index(name) if name in cols.names else -1)
 
 
-def _job_error(cols: SpanColumns, errors: Any) -> ErrorSpan | None:
-    """The latest ``rl.job`` when it ended in error: the run failed (a driver that raised out of
-    its job read 'finished' in watch and nothing in the report but the steps it did)."""
+def _failed_job(cols: SpanColumns, errors: Any, live: LiveReadResult) -> int | None:
+    """Index of the latest ``rl.job`` when it ended in error and no driver resumed the run
+    after it, else ``None``. A job that started later and never ended (a resumed driver still
+    running, or killed) decides instead: the job a replaced driver raised out of is not how
+    the run ended (the report read 'failed' where watch, which sees the open job, did not)."""
     jobs = _name_mask(cols, JOB_SPAN)
     if not jobs.any():
         return None
     index = np.flatnonzero(jobs)
-    if not errors[int(index[np.argmax(cols.end[index])])]:
+    last = int(index[np.argmax(cols.end[index])])
+    if not errors[last]:
         return None
-    return _last_error(cols, errors & jobs)
+    started = int(cols.start[last])
+    later = [_hex(s.span_id) for s in live.starts if s.name == JOB_SPAN and s.start_ns > started]
+    if later and not np.isin(np.asarray(later, dtype=np.uint64), cols.span_id).all():
+        return None
+    return last
 
 
-def _failed_step(cols: SpanColumns, errors: Any) -> int | None:
-    failed = errors & _name_mask(cols, STEP_SPAN)
-    if not failed.any():
+def _job_error(cols: SpanColumns, errors: Any, live: LiveReadResult) -> ErrorSpan | None:
+    """The latest ``rl.job`` when it ended in error: the run failed (a driver that raised out of
+    its job read 'finished' in watch and nothing in the report but the steps it did)."""
+    if _failed_job(cols, errors, live) is None:
         return None
-    index = np.flatnonzero(failed)
-    number = int(cols.step_no[int(index[np.argmax(cols.end[index])])])
+    return _last_error(cols, errors & _name_mask(cols, JOB_SPAN))
+
+
+def _failed_step(cols: SpanColumns, errors: Any, live: LiveReadResult) -> int | None:
+    """The step the job failed in: the job process's last step (by end) when it ended in error,
+    or an errored step open when the job ended. ``None`` when the job did not fail, or failed
+    between steps: a step error the loop caught (a retry, a skipped batch) three steps before
+    the job raised is not where the run failed."""
+    job = _failed_job(cols, errors, live)
+    steps = _name_mask(cols, STEP_SPAN)
+    if job is None or not steps.any():
+        return None
+    failed_at = int(cols.end[job])
+    own = np.flatnonzero(steps & (cols.process == cols.process[job]))
+    candidates = np.flatnonzero(errors & steps & (cols.start <= failed_at) & (cols.end >= failed_at))
+    if len(own):
+        last = int(own[np.argmax(cols.end[own])])
+        if errors[last]:
+            candidates = np.r_[candidates, last]
+    if not len(candidates):
+        return None
+    number = int(cols.step_no[int(candidates[np.argmax(cols.end[candidates])])])
     return None if number == NO_STEP else number
 
 
@@ -405,8 +470,6 @@ def open_span_records(cols: SpanColumns, live: LiveReadResult) -> list[SpanRecor
     replacement), tagged ``rl.open``: the timeline of a hung run drew everything but the spans
     it hung in."""
     pm = post_mortem(cols, live)
-    if pm is None:
-        return []
     out = []
     for p in pm.processes:
         resource = live.processes[p.process].resource if p.process in live.processes else {}
@@ -445,24 +508,50 @@ def _last_error(cols: SpanColumns, errors: Any) -> ErrorSpan | None:
 
 #: A pid in an error message, as Ray's ActorDiedError lists the dead actor's (``\tpid: 11434``).
 _PID_IN_MESSAGE = re.compile(r"\bpid[:=]\s*(\d+)\b")
+#: The node address Ray gives with it: ``(pid=4242, ip=10.0.0.9, ...)``, ``\tip: 10.0.0.9``.
+_IP_IN_MESSAGE = re.compile(r"\bip[:=]\s*([0-9A-Za-z:][0-9A-Za-z.:-]*[0-9A-Za-z])")
+#: How far after a pid its ``ip`` may be (Ray's ActorDiedError puts name and namespace between).
+_IP_REACH = 400
+#: Resource attribute with a process's addresses (OpenTelemetry's host convention).
+_HOST_IP = "host.ip"
+
+
+def _addresses(resource: Mapping[str, AttributeValue]) -> set[str]:
+    """The addresses a process is known by: its ``host.ip`` values and its host name."""
+    ips = resource.get(_HOST_IP)
+    out = {str(v) for v in ips} if isinstance(ips, list | tuple) else {str(ips)} if ips is not None else set()
+    return out | ({str(resource[HOST_NAME])} if HOST_NAME in resource else set())
 
 
 def _naming_pid(error: ErrorSpan | None, cols: SpanColumns, live: LiveReadResult) -> ErrorSpan | None:
     """``error`` with the run's processes its message names by pid: the driver of a sink run read
-    'ActorDiedError' over six ranks all open in the same span, the dead one among them."""
+    'ActorDiedError' over six ranks all open in the same span, the dead one among them.
+
+    A pid is named only when one process of the run has it; when Ray gives the pid's node
+    (``ip=``), that process must be known by that address too (``host.ip`` or its host name):
+    a pid number is per host, and a task that raised on another node read as the run's rank
+    with the same pid number. A process whose address is unknown is not named."""
     if error is None or not error.message:
         return error
-    labels: dict[int, set[str]] = {}
+    known: dict[int, dict[str, set[str]]] = {}
     for r in [*cols.resources, *(p.resource for p in live.processes.values())]:
         pid = _int(r.get(PROCESS_PID))
         if pid is not None:
-            labels.setdefault(pid, set()).add(f"{r.get(WORKER_GROUP, '?')}/{r.get(RANK, '?')}")
-    pids = [pid for pid in dict.fromkeys(int(m) for m in _PID_IN_MESSAGE.findall(error.message))
-            if len(labels.get(pid, ())) == 1]
-    if not pids:
+            label = f"{r.get(WORKER_GROUP, '?')}/{r.get(RANK, '?')}"
+            known.setdefault(pid, {}).setdefault(label, set()).update(_addresses(r))
+    named: dict[int, str] = {}
+    matches = list(_PID_IN_MESSAGE.finditer(error.message))
+    for m, after in itertools.zip_longest(matches, matches[1:]):
+        pid = int(m.group(1))
+        stop = min(m.end() + _IP_REACH, after.start() if after is not None else len(error.message))
+        ip = _IP_IN_MESSAGE.search(error.message, m.end(), stop)
+        labels = [label for label, addresses in known.get(pid, {}).items()
+                  if ip is None or ip.group(1) in addresses]
+        if len(known.get(pid, {})) == 1 and len(labels) == 1:
+            named.setdefault(pid, labels[0])
+    if not named:
         return error
-    return dataclasses.replace(error, named_pids=pids,
-                               named_processes=[next(iter(labels[pid])) for pid in pids])
+    return dataclasses.replace(error, named_pids=list(named), named_processes=list(named.values()))
 
 
 def _steps_per_min(step_ends: Any) -> float | None:
@@ -579,6 +668,6 @@ def watch_snapshot(
         errors=int(errors.sum()), last_error=_naming_pid(_last_error(cols, errors), cols, live),
         processes=states,
         job_ended_unix_ns=int(cols.end[job_mask].max()) if job_mask.any() and not job_open else None,
-        job_failed=not job_open and _job_error(cols, errors) is not None,
+        job_failed=not job_open and _job_error(cols, errors, live) is not None,
         k=k, min_age_s=min_age_s, skipped=len(skipped) + len(live.skipped),
     )

@@ -555,7 +555,13 @@ class PostMortem:
     """The run's last ``rl.job``, when it ended with an error status: the driver raised out of
     the job, and the run failed rather than finished."""
     failed_step: int | None = None
-    """The number of the latest ``rl.step`` that ended with an error status, if any."""
+    """The step the job failed in: the job process's last ``rl.step`` when it ended with an
+    error status (or an errored step open when the job ended); ``None`` when the job did not
+    fail or failed between steps."""
+    start_records: bool = True
+    """Whether the run folder has start records (``live/``). Without them (Collector files) the
+    open spans and shutdowns are unknown; the error fields, read from the finished spans, are
+    still filled in, so a failed run still reads failed."""
 
 
 @dataclass(frozen=True, slots=True)

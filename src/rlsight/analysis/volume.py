@@ -44,7 +44,8 @@ def _correlations(counts: NDArray[np.float64], signal: NDArray[np.float64]) -> N
     return np.where(denom > 0, r, 0.0)
 
 
-def volume(table: SpanTable, steps: Steps, per_step: Mapping[str, bool] | None) -> Volume:
+def volume(table: SpanTable, steps: Steps, per_step: Mapping[str, bool] | None,
+           read: NDArray[np.bool_] | None = None) -> Volume:
     """Count spans per group per step and flag ``per_step`` groups that scale with prompts.
 
     Args:
@@ -53,13 +54,18 @@ def volume(table: SpanTable, steps: Steps, per_step: Mapping[str, bool] | None) 
         per_step: Registered group name -> whether it is in the ``per_step`` preset; groups
             missing from it (registered by a library this process did not import) get
             ``in_per_step=None`` and are never flagged.
+        read: Per span of ``table``, whether a file held it (``None``: all did); the spans the
+            report added (lost work) are not counted.
     """
     cols = table.cols
     n_steps, n_groups = len(steps), len(cols.groups)
     row = steps.of_span
     inside = row >= 0
+    outside_mask = ~inside
+    if read is not None:
+        inside, outside_mask = inside & read, outside_mask & read
     counts = group_counts(cols.group[inside], row[inside], (n_groups, max(n_steps, 1)))[:, :n_steps]
-    outside = np.bincount(cols.group[~inside], minlength=n_groups)
+    outside = np.bincount(cols.group[outside_mask], minlength=n_groups)
     prompts = cols.prompts[steps.span] if n_steps else np.zeros(0)
     signal_name = "none"
     signal = np.full(n_steps, np.nan)

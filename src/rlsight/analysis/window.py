@@ -28,7 +28,7 @@ from rlsight.analysis._read import (
     usable_cpus,
 )
 from rlsight.analysis._sorting import lexsort
-from rlsight.analysis.columns import NO_STEP
+from rlsight.analysis.columns import NO_STEP, SpanColumns
 from rlsight.store._lines import PARSE_ERRORS
 from rlsight.store._reader import file_span_batches, not_otlp, span_records
 from rlsight.store._schema import SkippedRecord, SpanRecord
@@ -66,16 +66,21 @@ class SpanWindow:
 
 def window_spans(
     run_dir: Path | str, *, steps: tuple[int | None, int | None] | None = None,
-    max_spans: int | None = None,
+    max_spans: int | None = None, columns: tuple[SpanColumns, list[SkippedRecord]] | None = None,
 ) -> SpanWindow:
     """The distinct spans of ``run_dir`` overlapping ``steps`` (first, last; either open),
-    at most ``max_spans`` of them, the earliest by start.
+    at most ``max_spans`` of them, the earliest by start. ``columns``: the run's columns and
+    skipped records, when the caller has read them already (the timeline needs them for the
+    spans that never ended too): not read twice.
 
     Raises:
         StoreError: ``run_dir`` does not exist.
         NoStepInRange: ``steps`` is given and no ``rl.step`` span is numbered within it.
     """
-    cols, skipped, _ = read_span_columns(run_dir)
+    if columns is None:
+        cols, skipped, _ = read_span_columns(run_dir)
+    else:
+        cols, skipped = columns[0], list(columns[1])
     # The read puts each file's spans in canonical order; here "first" is first read (a
     # repeated id keeps its first record, the cap keeps the first read of spans that start
     # together), so the spans go back to the order they were read in: file, line, slot.

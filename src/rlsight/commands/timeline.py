@@ -6,7 +6,8 @@ other processes, and each slice's bucket and attributes in its args. ``--steps A
 the spans that overlap those steps and ``--max-spans`` caps what is written (the earliest
 spans), so a large run still opens in Perfetto. Exit codes: 0 written; 2 usage error (OUTPUT
 is a folder, Collector files holding several runs and no ``--run-id``, no step in
-``--steps``); 3 RUN_DIR missing or holding no spans.
+``--steps``); 3 RUN_DIR missing or holding no spans (a run none of whose spans ended yet
+has its open spans drawn).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     """Read the run's spans and write the trace-event file."""
     if missing_extra("timeline", "numpy", "orjson"):
         return EXIT_USAGE
+    from rlsight.analysis._read import read_span_columns
     from rlsight.analysis.window import NoStepInRange, window_spans
     from rlsight.commands._memory import reuse_freed_memory
     from rlsight.commands._source import AmbiguousRunError, open_run
@@ -86,8 +88,10 @@ def run(args: argparse.Namespace) -> int:
     reuse_freed_memory()
     try:
         with open_run(args.run_dir, args.run_id) as source:
-            window = window_spans(source.folder, steps=args.steps, max_spans=args.max_spans)
-            opened = _open_spans(source.folder, window.spans, args.steps)
+            cols, read_skipped, _ = read_span_columns(source.folder)
+            window = window_spans(source.folder, steps=args.steps, max_spans=args.max_spans,
+                                  columns=(cols, read_skipped))
+            opened, left_out = _open_spans(source.folder, cols, window, args.steps, args.max_spans)
     except AmbiguousRunError as exc:
         print(f"rlsight timeline: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -101,20 +105,24 @@ def run(args: argparse.Namespace) -> int:
               f"{_describe_range(args.steps)} in {args.run_dir}; {fix}", file=sys.stderr)
         return EXIT_USAGE
     skipped = [*source.skipped, *window.skipped]
-    if not window.total:
-        from rlsight.analysis.live import nothing_ended
-
-        why = nothing_ended(args.run_dir) if args.run_dir.is_dir() else None
-        print(f"rlsight timeline: {why}" if why else
-              f"rlsight timeline: no spans in {args.run_dir / 'traces'}; is this a run folder, "
+    if not window.total and not opened:
+        print(f"rlsight timeline: no spans in {args.run_dir / 'traces'}; is this a run folder, "
               "and did the run enable telemetry?", file=sys.stderr)
         return EXIT_INPUT
+    if not window.total:
+        # A run hung (or killed) before its first span ended: its open spans are the trace.
+        print(f"rlsight timeline: no span of {args.run_dir} has ended; drawing the "
+              f"{len(opened)} that started (the run was killed, or still runs); `rlsight watch "
+              f"{args.run_dir}` shows where each process is", file=sys.stderr)
     if window.cut_at_ns is not None:
         # Perfetto's time axis starts at the first span written (render.perfetto's origin).
         axis_s = (window.cut_at_ns - min(s.start_ns for s in window.spans)) / 1e9
         print(f"rlsight timeline: wrote the first {args.max_spans:,} spans only (those starting "
               f"before {axis_s:.3f} s on the trace's time axis, {window.cut_at_ns} ns since the "
               "epoch); pick a window with --steps A:B or raise --max-spans", file=sys.stderr)
+    if left_out:
+        print(f"rlsight timeline: {left_out:,} span(s) that never ended were left out by "
+              "--max-spans (the latest to start); raise it to draw them", file=sys.stderr)
     counts = write_chrome_trace([*window.spans, *opened], output)
     if skipped:
         print(f"rlsight timeline: skipped {len(skipped)} unreadable record(s); "
@@ -125,21 +133,25 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _open_spans(folder: Path, spans: list[Any], steps: tuple[int | None, int | None] | None) -> list[Any]:
+def _open_spans(folder: Path, cols: Any, window: Any, steps: tuple[int | None, int | None] | None,
+                max_spans: int) -> tuple[list[Any], int]:
     """The spans that never ended (from the start records), drawn to where the post-mortem ages
-    them; with ``--steps A:B``, those that start before the window's last span ends."""
-    from rlsight.analysis._read import read_span_columns
+    them, and how many ``--max-spans`` left out. With ``--steps A:B``, those that start before
+    the window's last span ends; and no more than the cap leaves room for, the earliest (none
+    where it cut the window)."""
     from rlsight.analysis.live import open_span_records
     from rlsight.store._live import read_live
 
     live = read_live(folder)
     if not live.starts:
-        return []
-    opened = open_span_records(read_span_columns(folder)[0], live)
-    if steps is not None and steps[1] is not None and spans:
-        last = max(s.end_ns for s in spans)
+        return [], 0
+    opened = open_span_records(cols, live)
+    if steps is not None and steps[1] is not None and window.spans:
+        last = max(s.end_ns for s in window.spans)
         opened = [s for s in opened if s.start_ns <= last]
-    return opened
+    opened.sort(key=lambda s: s.start_ns)
+    room = max(0, max_spans - len(window.spans))
+    return opened[:room], max(0, len(opened) - room)
 
 
 def _describe_range(steps: tuple[int | None, int | None]) -> str:

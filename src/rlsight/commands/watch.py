@@ -196,15 +196,22 @@ def _waited_on(rank: str, s: WatchSnapshot) -> str:
 
 
 def _screen(snapshot: WatchSnapshot) -> RenderableType:
-    """The watch screen: one header line, one row per process, stacks of stalled ones."""
+    """The watch screen: one header line, one row per process, stacks of stalled ones.
+
+    Run ids, groups, span names, stacks and error messages come from files anyone can write:
+    they are shown through ``terminal_safe`` (an OSC title or a screen clear in a status
+    message reached the terminal raw), and the table's cells are Text, not Rich markup."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
-    from rlsight.render._format import chain_text, clock, first_line, open_label, span_label
+    from rlsight.render._format import chain_text, clock, first_line, open_label, span_label, terminal_safe
+
+    def cell(text: str) -> Text:
+        return Text(terminal_safe(text))
 
     s = snapshot
-    head = Text(f"run {s.run_id or '?'}  ", style="bold")
+    head = Text(f"run {terminal_safe(s.run_id or '?')}  ", style="bold")
     ended = s.job_ended_unix_ns
     if ended is not None:
         head.append(f"{'failed' if s.job_failed else 'finished'} {clock(max(0, s.now_unix_ns - ended))} "
@@ -265,30 +272,31 @@ def _screen(snapshot: WatchSnapshot) -> RenderableType:
             state = "silent since the end"
         if o is None:
             idle = "(shut down)" if p.clean_shutdown else "(nothing open)"
-            table.add_row(_rank_label(p, s), state if _silent(p, s) else "", Text(idle, style="dim"),
+            table.add_row(cell(_rank_label(p, s)), state if _silent(p, s) else "", Text(idle, style="dim"),
                           "", "", "", "", style="yellow" if _silent(p, s) else None)
             continue
         table.add_row(
-            _rank_label(p, s), state, open_label(o), clock(o.age_ns),
+            cell(_rank_label(p, s)), state, cell(open_label(o)), clock(o.age_ns),
             clock(o.median_ns) if o.median_ns is not None else "-",
-            chain_text(o, f"{p.worker_group}/{p.rank}"),
-            ", ".join(_waited_on(rank, s) for rank in p.waiting_on),
+            cell(chain_text(o, f"{p.worker_group}/{p.rank}")),
+            cell(", ".join(_waited_on(rank, s) for rank in p.waiting_on)),
             style="bold red" if p.stalled else "yellow" if _silent(p, s) else None,
         )
     parts: list[RenderableType] = [head, table]
     for p in order:
         if p.stack:
-            parts.append(Text(f"\n{_rank_label(p, s)} (pid {p.pid}) stack:", style="bold"))
-            parts.append(Text(p.stack))
+            parts.append(Text(f"\n{terminal_safe(_rank_label(p, s))} (pid {p.pid}) stack:", style="bold"))
+            parts.append(Text(terminal_safe(p.stack)))
     if s.last_error is not None:
         e = s.last_error
         said = f": {first_line(e.message)}" if e.message else ""
         if e.named_pids:
             said += " (in the message: " + ", ".join(
                 f"pid {pid} is {who}" for pid, who in zip(e.named_pids, e.named_processes, strict=True)) + ")"
-        parts.append(Text(f"last error: {span_label(e.name)} on {e.worker_group}/{e.rank}, "
-                          f"{clock(max(0, s.now_unix_ns - e.end_unix_ns))} ago{said} "
-                          f"({s.errors} span(s) ended in error)", style="red"))
+        parts.append(Text(terminal_safe(
+            f"last error: {span_label(e.name)} on {e.worker_group}/{e.rank}, "
+            f"{clock(max(0, s.now_unix_ns - e.end_unix_ns))} ago{said} "
+            f"({s.errors} span(s) ended in error)"), style="red"))
     if s.skipped:
         parts.append(Text(f"{s.skipped} unreadable record(s) skipped", style="yellow"))
     return Group(*parts)

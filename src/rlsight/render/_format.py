@@ -246,7 +246,7 @@ def open_span_text(o: OpenSpan, *, silent_since_ns: int | None = None, as_of_ns:
 
 def postmortem_summary(pm: PostMortem | None) -> str:
     """The ``open at end`` line: what the run left open."""
-    if pm is None:
+    if pm is None or not pm.start_records:
         return "not recorded (no start records in this run folder)"
     if not pm.open_spans and not pm.unclean:
         return "none"

@@ -284,7 +284,8 @@ def _sections(report: RunReport) -> list[str]:
     if errors is not None:
         out.append(f'<p class="bad">{_e(errors)}</p>')
     summary = postmortem_summary(pm)
-    out.append(f'<p class="{"muted" if summary == "none" or pm is None else "bad"}">{_e(summary)}</p>')
+    recorded = pm is not None and pm.start_records
+    out.append(f'<p class="{"bad" if recorded and summary != "none" else "muted"}">{_e(summary)}</p>')
     if pm is not None and pm.processes:
         out.append(_table(["process", "pid", "ended", "doing last"],
                           [[f"{p.worker_group}/{p.rank}", p.pid if p.pid is not None else "?", ended, doing]

@@ -199,7 +199,8 @@ def render_report(report: RunReport, console: Console) -> None:
     if errors is not None:
         line(f"errors       {errors}", "red")
     summary = postmortem_summary(pm)
-    line(f"open at end  {summary}", None if summary == "none" or pm is None else "red")
+    recorded = pm is not None and pm.start_records
+    line(f"open at end  {summary}", "red" if recorded and summary != "none" else None)
     if pm is not None:
         rows = postmortem_rows(pm)
         for p, ended, doing in rows[:MAX_FINDINGS]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["span_attributes"]
+__all__ = ["attributes_dict", "span_attributes"]
 
 
 def span_attributes(span: Any) -> Mapping[str, Any]:
@@ -28,3 +28,15 @@ def span_attributes(span: Any) -> Mapping[str, Any]:
         return span.attributes or {}
     inner = getattr(attrs, "_dict", None)
     return inner if isinstance(inner, dict) else attrs
+
+
+def attributes_dict(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A span's attributes as the ``dict`` a row holds: the roll-up's columns read every
+    span's with ``dict.get`` in C-level passes, and one other mapping among them (the SDK's
+    ``BoundedAttributes`` of every step span) sends all of a step's spans down the slow path.
+    The SDK's own storage where it is one (``BoundedAttributes`` keeps a dict, frozen once
+    the span ends), else a copy."""
+    if type(attributes) is dict or attributes is None:
+        return attributes or {}
+    inner = getattr(attributes, "_dict", None)
+    return inner if type(inner) is dict else dict(attributes)

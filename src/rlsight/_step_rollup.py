@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
+from rlsight._readable import attributes_dict
 from rlsight._semconv import BUCKET, RANK, STEP, STEP_SPAN, WORKER_GROUP
 from rlsight.errors import warn_once
 from rlsight.step_summary import (
@@ -109,18 +110,6 @@ def _row(span: ReadableSpan) -> tuple[Any, ...]:
         return (span.start_time, span.end_time, context.trace_id, context.span_id,
                 0 if parent is None else parent.span_id, span.name,
                 attributes_dict(span.attributes))
-
-
-def attributes_dict(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A span's attributes as the ``dict`` a row holds: the roll-up's columns read every
-    span's with ``dict.get`` in C-level passes, and one other mapping among them (the SDK's
-    ``BoundedAttributes`` of every step span) sends all of a step's spans down the slow path.
-    The SDK's own storage where it is one (``BoundedAttributes`` keeps a dict, frozen once
-    the span ends), else a copy."""
-    if type(attributes) is dict or attributes is None:
-        return attributes or {}
-    inner = getattr(attributes, "_dict", None)
-    return inner if type(inner) is dict else dict(attributes)
 
 
 def _rows_of(spans: Iterable[ReadableSpan]) -> list[Any]:

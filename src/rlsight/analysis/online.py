@@ -26,6 +26,7 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
+from rlsight._readable import attributes_dict
 from rlsight._semconv import (
     BUCKET,
     CONCURRENT,
@@ -36,7 +37,6 @@ from rlsight._semconv import (
     STEP_SPAN,
     THREAD_ID,
 )
-from rlsight._step_rollup import attributes_dict
 from rlsight.analysis._steps import find_steps
 from rlsight.analysis._table import build_table
 from rlsight.analysis.columns import BUCKET_CODES, NO_STEP, SpanColumns

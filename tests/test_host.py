@@ -111,3 +111,21 @@ def test_a_killed_process_its_parent_has_not_reaped_is_not_alive() -> None:
         child.wait()
     assert not pid_alive(child.pid)
     assert pid_alive(os.getpid())
+
+
+def test_a_process_with_ray_loaded_records_the_node_address_ray_prints_in_its_errors(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray's errors give a pid with its node (``pid=22574, ip=10.0.0.5``); the report names the
+    run's process with that pid only when it is known by that address, so rlsight records it."""
+    import sys
+
+    import ray
+
+    from rlsight._identity import Identity, resource_attributes
+    from rlsight._semconv import HOST_IP
+
+    config = TelemetryConfig(run_id="ip", local_store=False)
+    assert resource_attributes(config, Identity("driver", 0, 1))[HOST_IP] == [ray.util.get_node_ip_address()]
+    monkeypatch.delitem(sys.modules, "ray")  # without Ray loaded: nothing is imported for it
+    assert HOST_IP not in resource_attributes(config, Identity("driver", 0, 1))
+    assert "ray" not in sys.modules

@@ -28,7 +28,7 @@ FROZEN = {
     "SERVICE_NAME": "service.name", "SERVICE_INSTANCE_ID": "service.instance.id",
     "RUN_ID": "rl.run.id", "RANK": "rl.rank", "WORLD_SIZE": "rl.world_size",
     "WORKER_GROUP": "rl.worker_group", "STAGE": "rl.stage", "ALGORITHM": "rl.algorithm",
-    "DEVICES": "rl.devices", "PROCESS_PID": "process.pid", "HOST_NAME": "host.name",
+    "DEVICES": "rl.devices", "PROCESS_PID": "process.pid", "HOST_NAME": "host.name", "HOST_IP": "host.ip",
 }
 _PACKAGE = Path(_semconv.__file__).parent
 #: The demo is an example of user code: it writes the documented strings, as users do.

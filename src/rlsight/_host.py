@@ -46,6 +46,19 @@ def _first(env: Mapping[str, str], names: tuple[str, ...]) -> str | None:
     return None
 
 
+def ray_node_ip() -> str | None:
+    """This node's address as Ray knows it and prints it in its errors (``ip=10.0.0.5``), when
+    Ray is already loaded in this process (never imported here): the report names a pid in such
+    an error only when the process with that pid is known by that address (a pid number is per
+    host). ``None`` without Ray or when Ray cannot tell."""
+    ray = sys.modules.get("ray")
+    try:
+        ip = ray.util.get_node_ip_address() if ray is not None else None
+    except Exception:  # a Ray too old or half-imported, no route: the attribute is left out
+        return None
+    return ip if isinstance(ip, str) and ip else None
+
+
 def host_attributes(env: Mapping[str, str], namespace_file: Path = _K8S_NAMESPACE_FILE) -> dict[str, Any]:
     """SLURM and Kubernetes attributes of this process, from ``env``; only those present.
 

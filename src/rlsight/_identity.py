@@ -18,6 +18,7 @@ from rlsight import _host
 from rlsight._semconv import (
     ALGORITHM,
     DEVICES,
+    HOST_IP,
     HOST_NAME,
     PROCESS_PID,
     RANK,
@@ -96,6 +97,9 @@ def resource_attributes(config: TelemetryConfig, ident: Identity) -> dict[str, A
     }
     if config.algorithm:
         attrs[ALGORITHM] = config.algorithm
+    node_ip = _host.ray_node_ip()
+    if node_ip is not None:
+        attrs[HOST_IP] = [node_ip]
     attrs.update(_host.host_attributes(os.environ))
     accelerators = _host.accelerator_ids(os.environ)
     if accelerators:

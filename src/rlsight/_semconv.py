@@ -77,3 +77,5 @@ ALGORITHM: Final = "rl.algorithm"
 DEVICES: Final = "rl.devices"
 PROCESS_PID: Final = "process.pid"
 HOST_NAME: Final = "host.name"
+#: The node's addresses (OpenTelemetry's ``host.ip``, a list): rlsight records Ray's node address.
+HOST_IP: Final = "host.ip"

@@ -32,6 +32,7 @@ from rlsight._host import pid_alive
 from rlsight._semconv import (
     BUCKET,
     EFFICIENCY_SPAN_PREFIX,
+    HOST_IP,
     HOST_NAME,
     JOB_SPAN,
     PROCESS_PID,
@@ -513,12 +514,11 @@ _IP_IN_MESSAGE = re.compile(r"\bip[:=]\s*([0-9A-Za-z:][0-9A-Za-z.:-]*[0-9A-Za-z]
 #: How far after a pid its ``ip`` may be (Ray's ActorDiedError puts name and namespace between).
 _IP_REACH = 400
 #: Resource attribute with a process's addresses (OpenTelemetry's host convention).
-_HOST_IP = "host.ip"
 
 
 def _addresses(resource: Mapping[str, AttributeValue]) -> set[str]:
     """The addresses a process is known by: its ``host.ip`` values and its host name."""
-    ips = resource.get(_HOST_IP)
+    ips = resource.get(HOST_IP)
     out = {str(v) for v in ips} if isinstance(ips, list | tuple) else {str(ips)} if ips is not None else set()
     return out | ({str(resource[HOST_NAME])} if HOST_NAME in resource else set())
 

@@ -35,14 +35,18 @@ _GENAI_CONTENT: Final = frozenset({
 })
 _GENAI_PREFIXES: Final = ("gen_ai.prompt.", "gen_ai.completion.")
 _SECRET_WORD: Final = r"(?:api[_-]?key|apikey|[a-z0-9]*[_-]?token|secret|password|passwd|authorization)"
-#: A secret-named key and its separator. The key may end in a quote, escaped or not: a dict in
-#: a message, as JSON, as Python's repr or as JSON inside a JSON string (``{\"api_key\": ...}``).
-#: The value after it is found by :func:`_value_end`, which no regular expression can do: a
-#: value may be a nested list or dict.
-_KEY: Final = re.compile(rf"(?i)(?P<key>[\w.-]*{_SECRET_WORD}(?:\\?[\"'])?)(?P<sep>\s*[=:]\s*)")
+#: The end of a secret-named key and its separator. The key may end in a quote, escaped or not:
+#: a dict in a message, as JSON, as Python's repr or as JSON inside a JSON string
+#: (``{\"api_key\": ...}``). Only the end of the key is matched (``hf_token`` ends in
+#: ``token``): a pattern that also matched the words before it would try every start in a long
+#: run of word characters, quadratic time on a message holding a long blob. The value after it
+#: is found by :func:`_value_end`, which no regular expression can do: it may be a nested list.
+_KEY: Final = re.compile(
+    r"(?i)(?:api[_-]?key|apikey|(?P<token>token)|secret|password|passwd|authorization)"
+    r"(?:\\?[\"'])?\s*[=:]\s*")
 #: A value that is not quoted nor bracketed (``token=abc``, ``{'num_token': 3}``): up to the next
 #: separator, less the closing brackets before it, which belong to the text around it.
-_BARE_VALUE: Final = re.compile(r"[^\s,;&'\"]+?(?=[)\]}]*(?:[\s,;&'\"]|$))")
+_BARE_VALUE: Final = re.compile(r"[^\s,;&'\"]+")
 #: A string prefix in Python's repr (``b'...'``, ``rb"..."``).
 _PREFIX: Final = re.compile(r"[bBrRuUfF]{0,2}(?=['\"])")
 _OPEN: Final = {"[": "]", "{": "}", "(": ")"}
@@ -91,7 +95,7 @@ def scrub(text: str) -> str:
         if end is None:
             out.append(text[pos:m.end()])
             end = m.end()
-        elif _tokenizer_key(m["key"]):
+        elif m["token"] and _tokenizer_key(text, m.start()):
             out.append(text[pos:end])
         else:
             out.append(text[pos:m.end()] + REDACTED)
@@ -100,8 +104,13 @@ def scrub(text: str) -> str:
     return "".join(out)
 
 
-def _tokenizer_key(key: str) -> bool:
-    return key.rstrip("\"'\\").lower().rsplit(".", 1)[-1] in TOKENIZER_KEYS
+def _tokenizer_key(text: str, token_at: int) -> bool:
+    """Whether the key whose ``token`` starts at ``token_at`` is a special token's
+    (``eos_token``; ``tokenizer.eos_token``, not ``my_eos_token``)."""
+    start = token_at - 4
+    if start < 0 or (start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_-")):
+        return False
+    return text[start:token_at + 5].lower() in TOKENIZER_KEYS
 
 
 def _value_end(text: str, start: int) -> int | None:
@@ -115,7 +124,10 @@ def _value_end(text: str, start: int) -> int | None:
     if start < len(text) and text[start] in _OPEN:
         return _bracket_end(text, start)
     bare = _BARE_VALUE.match(text, start)
-    return None if bare is None else bare.end()
+    if bare is None:
+        return None
+    value = bare[0].rstrip(")]}")  # stripped, not matched lazily: no quadratic time on ')))...'
+    return start + len(value) if value else None
 
 
 def _string_end(text: str, start: int) -> int:

@@ -12,8 +12,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
-from rlsight._redact import REDACTED, scrub, scrub_argv
+from rlsight._redact import _CREDENTIALS, _SECRET_WORD, REDACTED, is_content_key, scrub, scrub_argv
 from rlsight.cli import EXIT_OK, main
 from rlsight.spans import span
 from rlsight.store import read_spans
@@ -95,6 +97,21 @@ def test_the_manifest_holds_no_secret_from_argv_or_config(tmp_path: Path) -> Non
     ('config {"api_key": "XYZ123", "n": 2}', 'config {"api_key": <redacted>, "n": 2}'),
     ("bad request {'hf_token': 'abc', 'model': 'm'}", "bad request {'hf_token': <redacted>, 'model': 'm'}"),
     ('{"password":"pw"}', '{"password":<redacted>}'),
+    # the value whole, whatever its shape (each leaked all or part of the secret)
+    ("{'db_password': b'hunter2'}", "{'db_password': <redacted>}"),
+    ("{'api_token': ['abc123', 'def456']}", "{'api_token': <redacted>}"),
+    ('{\\"api_key\\": \\"XYZ123\\"}', '{\\"api_key\\": <redacted>}'),
+    ("{'token': {'value': 'abc'}}", "{'token': <redacted>}"),
+    ("{'token': [['a]'], {'b': ('c',)}], 'n': 1}", "{'token': <redacted>, 'n': 1}"),
+    ("api_key: 'a\\'b' rest", "api_key: <redacted> rest"),
+    # a bare value leaves the brackets around it
+    ("{'num_token': 3}", "{'num_token': <redacted>}"),
+    ("f(token=abc) and {'a': {'secret': x}}", "f(token=<redacted>) and {'a': {'secret': <redacted>}}"),
+    ("password=ab}cd", "password=<redacted>"),
+    # a tokenizer's special tokens are vocabulary, not credentials
+    ("{'bos_token': '<s>', 'eos_token': '</s>', 'pad_token': '<pad>'}",
+     "{'bos_token': '<s>', 'eos_token': '</s>', 'pad_token': '<pad>'}"),
+    ("{'eos_token': '</s>', 'hf_token': 'abc'}", "{'eos_token': '</s>', 'hf_token': <redacted>}"),
 ])
 def test_scrub(text: str, expected: str) -> None:
     assert scrub(text) == expected
@@ -103,3 +120,99 @@ def test_scrub(text: str, expected: str) -> None:
 def test_scrub_argv_keeps_ordinary_flags() -> None:
     argv = ["train.py", "--lr=3e-4", "--steps", "10"]
     assert scrub_argv(argv) == argv
+
+
+#: Every secret's text starts and ends with these: a leak of any part of it (its head, or its
+#: tail after a cut) leaves one of them.
+_HEAD, _TAIL = "SECRETHEAD", "SECRETTAIL"
+_SECRET_KEYS = ("password", "db_password", "api_key", "apiKey", "hf_token", "api_token", "token",
+                "secret", "Authorization", "x-api-key", "access_token")
+_PLAIN_KEYS = ("lr", "model", "step", "max_new_tokens", "eos_token", "notes")
+_ANY_TEXT = st.text(st.sampled_from(list("'\"\\[]{}()<>,;&:= b\n"))
+                    | st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
+
+
+@st.composite
+def _secret(draw: st.DrawFn) -> object:
+    """A value a secret key may hold: text or bytes (any characters, quotes and brackets
+    included), a number, None, or lists, tuples and dicts of those, nested."""
+    body = draw(_ANY_TEXT)
+    text = f"{_HEAD}{body}{_TAIL}"
+    leaf = draw(st.sampled_from(["str", "bytes", "int", "none"]))
+    if leaf == "bytes":
+        return text.encode("utf-8", "backslashreplace")
+    return {"str": text, "int": draw(st.integers()), "none": None}[leaf]
+
+
+_SECRET_VALUES = st.recursive(
+    _secret(),
+    lambda inner: st.lists(inner, max_size=3) | st.lists(inner, max_size=3).map(tuple)
+    | st.dictionaries(st.sampled_from(_PLAIN_KEYS + _SECRET_KEYS), inner, max_size=3),
+    max_leaves=6,
+)
+_PLAIN_VALUES = st.integers() | st.floats(allow_nan=False) | st.text("abc xyz<>/", max_size=8)
+
+
+@st.composite
+def _config(draw: st.DrawFn) -> dict[str, object]:
+    """A dict a message prints: secret keys among plain ones, nested dicts included."""
+    plain = draw(st.dictionaries(st.sampled_from(_PLAIN_KEYS), _PLAIN_VALUES, max_size=3))
+    secret = draw(st.dictionaries(st.sampled_from(_SECRET_KEYS), _SECRET_VALUES, min_size=1, max_size=3))
+    out: dict[str, object] = {**plain, **secret}
+    if draw(st.booleans()):
+        out["nested"] = dict(secret)
+    return out
+
+
+def _redacted(value: object) -> object:
+    """``value`` with every secret-keyed value replaced: what scrub must leave."""
+    if isinstance(value, dict):
+        return {k: _REDACTED_MARK if _secret_key(k) else _redacted(v) for k, v in value.items()}
+    return value
+
+
+def _secret_key(key: str) -> bool:
+    import re
+
+    return re.fullmatch(rf"[\w.-]*{_SECRET_WORD}", key, re.IGNORECASE) is not None and key != "eos_token"
+
+
+class _Redacted:
+    def __repr__(self) -> str:
+        return REDACTED
+
+
+_REDACTED_MARK = _Redacted()
+
+
+@settings(max_examples=300, deadline=None)
+@given(_config())
+def test_no_secret_text_is_left_in_a_dict_a_message_prints(config: dict[str, object]) -> None:
+    """As Python's repr, as JSON and as JSON inside a JSON string (a message logged as JSON),
+    nothing of a secret-keyed value survives, and in the repr exactly the value is replaced."""
+    message = f"ValueError: bad config {config!r} (see docs)"
+    out = scrub(message)
+    assert _HEAD not in out and _TAIL not in out, out
+    assert out == f"ValueError: bad config {_redacted(config)!r} (see docs)"
+    as_json = json.dumps(config, default=repr, ensure_ascii=False)
+    for text in (f"config {as_json}", json.dumps({"msg": f"config {as_json}"})):
+        out = scrub(text)
+        assert _HEAD not in out and _TAIL not in out, (text, out)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.sampled_from(list("'\"\\[]{}():=,;& ab_-")) | st.characters(codec="utf-8"), max_size=60))
+def test_text_without_a_secret_key_is_left_as_it_is(text: str) -> None:
+    import re
+
+    assume(re.search(_SECRET_WORD, text, re.IGNORECASE) is None and _CREDENTIALS.search(text) is None)
+    assert scrub(text) == text
+
+
+@pytest.mark.parametrize(("key", "content"), [
+    ("eos_token", False), ("tokenizer.pad_token", False), ("mask_token", False),
+    ("hf_token", True), ("access_token", True), ("rl.token", True), ("eos_token_id", False),
+])
+def test_a_tokenizer_special_token_is_vocabulary_not_content(key: str, content: bool) -> None:
+    """``span(..., eos_token="</s>")`` keeps what a tokenizer error needs to be read."""
+    assert is_content_key(key) is content

@@ -14,7 +14,9 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-__all__ = ["REDACTED", "REDACTED_KEYS", "is_content", "is_content_key", "scrub", "scrub_argv"]
+__all__ = [
+    "REDACTED", "REDACTED_KEYS", "TOKENIZER_KEYS", "is_content", "is_content_key", "scrub", "scrub_argv",
+]
 
 REDACTED: Final = "<redacted>"
 
@@ -33,9 +35,26 @@ _GENAI_CONTENT: Final = frozenset({
 })
 _GENAI_PREFIXES: Final = ("gen_ai.prompt.", "gen_ai.completion.")
 _SECRET_WORD: Final = r"(?:api[_-]?key|apikey|[a-z0-9]*[_-]?token|secret|password|passwd|authorization)"
-#: The key may end in a quote: a dict in a message, as JSON or Python's repr (``"api_key": "x"``).
-_KEY_VALUE: Final = re.compile(
-    rf"(?i)(?P<key>[\w.-]*{_SECRET_WORD}[\"']?)(?P<sep>\s*[=:]\s*|=)(?P<value>\"[^\"]*\"|'[^']*'|[^\s,;&'\"]+)")
+#: The end of a secret-named key and its separator. The key may end in a quote, escaped or not:
+#: a dict in a message, as JSON, as Python's repr or as JSON inside a JSON string
+#: (``{\"api_key\": ...}``). Only the end of the key is matched (``hf_token`` ends in
+#: ``token``): a pattern that also matched the words before it would try every start in a long
+#: run of word characters, quadratic time on a message holding a long blob. The value after it
+#: is found by :func:`_value_end`, which no regular expression can do: it may be a nested list.
+_KEY: Final = re.compile(
+    r"(?i)(?:api[_-]?key|apikey|(?P<token>token)|secret|password|passwd|authorization)"
+    r"(?:\\?[\"'])?\s*[=:]\s*")
+#: A value that is not quoted nor bracketed (``token=abc``, ``{'num_token': 3}``): up to the next
+#: separator, less the closing brackets before it, which belong to the text around it.
+_BARE_VALUE: Final = re.compile(r"[^\s,;&'\"]+")
+#: A string prefix in Python's repr (``b'...'``, ``rb"..."``).
+_PREFIX: Final = re.compile(r"[bBrRuUfF]{0,2}(?=['\"])")
+_OPEN: Final = {"[": "]", "{": "}", "(": ")"}
+#: ``*_token`` keys that are a tokenizer's special-token vocabulary, never a credential:
+#: ``{'eos_token': '</s>'}`` in a tokenizer's error keeps what it says.
+TOKENIZER_KEYS: Final = frozenset({
+    "eos_token", "bos_token", "pad_token", "unk_token", "sep_token", "cls_token", "mask_token",
+})
 _CREDENTIALS: Final = re.compile(
     r"(?i)\bbearer\s+[\w.~+/=-]+"  # an Authorization header value
     r"|\b(?:sk|hf|ghp|gho|github_pat|xox[abp]|glpat)[-_][A-Za-z0-9_-]{16,}"  # vendor token shapes
@@ -50,6 +69,8 @@ def is_content_key(key: str) -> bool:
     if low in _GENAI_CONTENT or low.startswith(_GENAI_PREFIXES):
         return True
     last = low.rsplit(".", 1)[-1]
+    if last in TOKENIZER_KEYS:
+        return False
     return last in REDACTED_KEYS or last.endswith(("_token", "-token"))
 
 
@@ -61,9 +82,105 @@ def is_content(value: object) -> bool:
 
 
 def scrub(text: str) -> str:
-    """``text`` with secret-named ``key=value`` values and credential shapes redacted."""
+    """``text`` with secret-named ``key=value`` values and credential shapes redacted.
+
+    A value is redacted whole: a quoted string (``b'...'``, ``\\"...\\"`` included), a list,
+    tuple or dict (nested ones too), or a bare word up to the next separator.
+    """
     text = _CREDENTIALS.sub(REDACTED, text)
-    return _KEY_VALUE.sub(lambda m: f"{m['key']}{m['sep']}{REDACTED}", text)
+    out: list[str] = []
+    pos = 0
+    while (m := _KEY.search(text, pos)) is not None:
+        end = _value_end(text, m.end())
+        if end is None:
+            out.append(text[pos:m.end()])
+            end = m.end()
+        elif m["token"] and _tokenizer_key(text, m.start()):
+            out.append(text[pos:end])
+        else:
+            out.append(text[pos:m.end()] + REDACTED)
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _tokenizer_key(text: str, token_at: int) -> bool:
+    """Whether the key whose ``token`` starts at ``token_at`` is a special token's
+    (``eos_token``; ``tokenizer.eos_token``, not ``my_eos_token``)."""
+    start = token_at - 4
+    if start < 0 or (start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_-")):
+        return False
+    return text[start:token_at + 5].lower() in TOKENIZER_KEYS
+
+
+def _value_end(text: str, start: int) -> int | None:
+    """Where the value starting at ``start`` ends; ``None`` where there is none. A string or
+    bracket left open (a message cut short) runs to the end of the text."""
+    if text.startswith(("\\\"", "\\'"), start):  # JSON inside a JSON string: \"...\"
+        return _escaped_string_end(text, start)
+    prefix = _PREFIX.match(text, start)
+    if prefix is not None:
+        return _string_end(text, prefix.end())
+    if start < len(text) and text[start] in _OPEN:
+        return _bracket_end(text, start)
+    bare = _BARE_VALUE.match(text, start)
+    if bare is None:
+        return None
+    value = bare[0].rstrip(")]}")  # stripped, not matched lazily: no quadratic time on ')))...'
+    return start + len(value) if value else None
+
+
+def _string_end(text: str, start: int) -> int:
+    """The end of the quoted string at ``start`` (backslash escapes skipped)."""
+    quote, i, n = text[start], start + 1, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            i += 2
+        elif c == quote:
+            return i + 1
+        else:
+            i += 1
+    return n
+
+
+def _escaped_string_end(text: str, start: int) -> int:
+    """The end of the string at ``start`` written inside another string (``\\"a\\\\\\"b\\"``
+    holds ``a"b``): each escape is read as the outer string holds it, then as the inner one."""
+    quote, i, n, escaped = text[start + 1], start + 2, len(text), False
+    while i < n:
+        if text[i] == "\\" and i + 1 < n:
+            c, i = text[i + 1], i + 2
+        else:
+            c, i = text[i], i + 1
+        if escaped:
+            escaped = False
+        elif c == "\\":
+            escaped = True
+        elif c == quote:
+            return i
+    return n
+
+
+def _bracket_end(text: str, start: int) -> int:
+    """The end of the list, tuple or dict at ``start``, nested ones and quoted strings in it
+    (whose brackets do not count) included."""
+    closers = [_OPEN[text[start]]]
+    i, n = start + 1, len(text)
+    while i < n and closers:
+        c = text[i]
+        if c in "'\"":
+            i = _string_end(text, i)
+            continue
+        if c == "\\":
+            i = _escaped_string_end(text, i) if text[i + 1:i + 2] in ("'", '"') else i + 2
+            continue
+        if c in _OPEN:
+            closers.append(_OPEN[c])
+        elif c == closers[-1]:
+            closers.pop()
+        i += 1
+    return i if not closers else n
 
 
 def scrub_argv(argv: Sequence[str]) -> list[str]:

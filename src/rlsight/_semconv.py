@@ -32,6 +32,9 @@ TIMER_SPAN_PREFIX: Final = "rl.timer."
 # -- span attributes ----------------------------------------------------------------------
 #: The int step number on ``rl.step`` spans and on teed metric points.
 STEP: Final = "rl.step"
+#: On an ``rl.step`` span whose step was no whole number (``step_span(3.5)``): the number as
+#: given, a float. Such a span has no ``rl.step``, so it never reads as a repeat or a restart.
+STEP_VALUE: Final = "rl.step.value"
 #: The run's planned number of steps, on ``rl.job`` (``job_span(total_steps=200)``):
 #: ``rlsight watch`` says "step 118 of 200" and how long the rest should take.
 TOTAL_STEPS: Final = "rl.total_steps"

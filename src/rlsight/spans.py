@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import threading
 import time
 from collections.abc import Callable, Generator, Mapping
@@ -34,7 +35,10 @@ from rlsight._semconv import (
     LOAD_MODEL_SPAN,
     SETUP_SPAN_PREFIX,
     STARTUP_SPAN,
+    STEP,
     STEP_SPAN,
+    STEP_VALUE,
+    TOTAL_STEPS,
 )
 from rlsight._span_manager import (
     CONCURRENT_MEASUREMENT,
@@ -218,9 +222,10 @@ def job_span(**attributes: Any) -> SpanContextManager:
     """
     if RL.JOB not in GATE.enabled:
         return NOOP
-    total = attributes.get("total_steps")
-    if total is not None and not (type(total) is int and total >= 1):
-        attributes["total_steps"] = _total_steps(total)
+    for key in ("total_steps", TOTAL_STEPS):  # ``**{"rl.total_steps": "200"}`` is the same
+        total = attributes.get(key)
+        if total is not None and not (type(total) is int and total >= 1):
+            attributes[key] = _total_steps(total)
     return _JobSpan(RL.JOB, JOB_SPAN, attributes, umbrella=True)
 
 
@@ -265,7 +270,7 @@ def startup_span() -> SpanContextManager:
 class _StepSpan(LiveSpan):
     __slots__ = ("_step",)
 
-    def __init__(self, step: int, attrs: Mapping[str, Any]) -> None:
+    def __init__(self, step: int | None, attrs: Mapping[str, Any]) -> None:
         super().__init__(RL.STEP, STEP_SPAN, attrs, umbrella=True)
         self._step = step
 
@@ -290,32 +295,50 @@ class _StepSpan(LiveSpan):
         super().finish(exc)
 
 
-def _step_number(step: Any) -> int:
-    """``step`` as the int ``rl.step``, or a TypeError that names the fix.
+def _step_number(step: Any) -> int | None:
+    """``step`` as the int ``rl.step``, or ``None`` (after one warning) when it is no whole
+    number: ``2.5``, ``None``, ``"first"``, ``inf``.
 
-    Checked whether or not telemetry is on, so a loop that passes no step number fails the
-    same way in a run without telemetry as with it, not only once telemetry is switched on.
+    Never an error: a loop whose step is ``samples_seen / batch`` is whole until an epoch's
+    partial batch, so a refusal would kill a run mid-way (with telemetry off too), and
+    truncating (1, 1.5, 2, 2.5 as 1, 1, 2, 2) would repeat step numbers, which the report reads
+    as restarts and counts as wasted time. A step with no number is recorded without
+    ``rl.step`` (see :func:`step_span`), which no restart can be read from.
     """
     if type(step) is int:
         return step
+    number: int | None
     try:
         number = int(step)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"step_span(step): step must be the training step number, an int; got {step!r}. "
-            "Pass the loop's step counter, e.g. `with step_span(global_step):`"
-        ) from None
-    try:
-        whole = isinstance(step, str) or bool(number == step)
-    except Exception:  # a comparison that fails says nothing against the number
-        whole = True
-    if not whole:  # truncated, two steps would share a number: the report reads a restart
-        raise TypeError(
-            f"step_span(step): step must be a whole training step number; got {step!r}, and "
-            f"int() would truncate it to {number} (a repeated step number reads as a restart). "
-            "Pass the loop's step counter, e.g. `with step_span(global_step):`"
+    except Exception:  # None, "first", inf (OverflowError), nan, an __int__ that raises
+        number = None
+    if number is not None and not isinstance(step, str):
+        try:
+            whole = bool(number == step)
+        except Exception:  # a comparison that fails says nothing against the number
+            whole = True
+        if not whole:
+            number = None
+    if number is None:
+        warn_once(
+            "step-span-not-whole",
+            f"rlsight: step_span({step!r}): the step is not a whole number, so its rl.step span "
+            f"is recorded without rl.step (with rl.step.value where it is a finite number) and "
+            "never reads as a restart; pass the loop's integer step counter, e.g. "
+            "`with step_span(global_step):` (this warning is shown once)",
+            stacklevel=3,
         )
     return number
+
+
+def _step_value(step: Any) -> float | None:
+    """A step that is no whole number, as the float ``rl.step.value``: ``None`` where it is no
+    finite number (``None``, ``"first"``, ``inf``)."""
+    try:
+        value = float(step)
+    except Exception:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def step_span(step: int, /, **attributes: Any) -> SpanContextManager:
@@ -324,9 +347,11 @@ def step_span(step: int, /, **attributes: Any) -> SpanContextManager:
     Also sets the runtime's current step, which the logging bridge stamps on log records
     (``rl_step``), even when the ``step`` group is off.
 
-    Raises:
-        TypeError: ``step`` is not an int or something ``int()`` turns into one without
-            dropping a fraction (``None``, ``"first"``, ``2.5``), with telemetry on or off.
+    ``step`` is an int, or anything ``int()`` turns into one without dropping a fraction
+    (``"5"``, ``6.0``). Anything else (``2.5``, ``None``, ``"first"``) never fails the run:
+    one warning, and the block runs under an ``rl.step`` span without ``rl.step`` (the report
+    lists it as step -1 and never reads it as a restart), carrying the number as the float
+    ``rl.step.value`` where it is a finite one; the current step is then ``None``.
     """
     number = _step_number(step)
     rt = _runtime._ACTIVE
@@ -334,7 +359,14 @@ def step_span(step: int, /, **attributes: Any) -> SpanContextManager:
         if rt is not None:
             rt.current_step = number
         return NOOP
-    attributes["step"] = number
+    attributes.pop(STEP, None)  # the step is the argument: never a second, contradicting one
+    if number is None:
+        attributes.pop("step", None)
+        value = _step_value(step)
+        if value is not None:
+            attributes[STEP_VALUE] = value
+    else:
+        attributes["step"] = number
     return _StepSpan(number, attributes)
 
 

@@ -95,7 +95,7 @@ class _Progress:
         self.last_progress: float | None = None
         self.durations: deque[float] = deque(maxlen=_RECENT_STEPS)
 
-    def started(self, step: int) -> None:
+    def started(self, step: int | None) -> None:
         with self.lock:
             self.step = step
             if self.last_progress is None:

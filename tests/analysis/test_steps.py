@@ -60,3 +60,23 @@ def test_one_step_places_spans_by_time_as_the_search_over_several_does(a, b, spa
     one = _by_time(np.asarray([start]), np.asarray([end]), s, e)
     two = _by_time(np.asarray([start, 100]), np.asarray([end, 101]), s, e)
     assert one.dtype == two.dtype and one.tolist() == two.tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 6), st.none()), min_size=1, max_size=12))
+def test_steps_without_a_number_change_no_restart_nor_superseded_step(numbers):
+    """``step_span(2.5)`` records an rl.step span without rl.step (None here): the restarts
+    and superseded steps are those of the numbered steps alone, wherever those spans fall."""
+    with_gaps, alone = RunBuilder(), RunBuilder()
+    d, a = with_gaps.process(), alone.process()
+    for k, number in enumerate(numbers):
+        if number is None:
+            d.span("rl.step", 10 * k, 10 * k + 10, group="step")
+        else:
+            d.step(number, 10 * k, 10 * k + 10)
+            a.step(number, 10 * k, 10 * k + 10)
+    got = analyze(with_gaps).wasted
+    numbered = [k for k, n in enumerate(numbers) if n is not None]  # a step's index in with_gaps
+    want = analyze(alone).wasted if numbered else None
+    assert got.restarts == (want.restarts if want else 0)
+    assert got.superseded_steps == ([numbered[i] for i in want.superseded_steps] if want else [])

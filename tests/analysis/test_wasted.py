@@ -33,6 +33,23 @@ def test_a_step_number_repeating_counts_as_a_restart(run: RunBuilder):
     assert report.summary.buckets.wasted_ns == 10 * SEC
 
 
+def test_a_step_without_a_number_is_no_restart(run: RunBuilder):
+    """``step_span(samples_seen / batch)``: 1, 2, 3, then 3.5 and 4.5 after a partial batch,
+    recorded without rl.step (truncated to 3 and 4 they read as a restart and waste)."""
+    d = run.process()
+    for start, number in ((0, 1), (10, 2), (20, 3), (30, 3.5), (40, 4.5)):
+        if number % 1:
+            s = d.span("rl.step", start, start + 10, group="step", **{"rl.step.value": number})
+        else:
+            s = d.step(int(number), start, start + 10)
+        d.span("rl.train.policy", start, start + 10, parent=s, bucket="productive")
+    report = analyze(run)
+    assert report.wasted.restarts == 0 and report.wasted.superseded_steps == []
+    assert report.summary.buckets.wasted_ns == 0
+    assert [s.step for s in report.steps] == [1, 2, 3, -1, -1]
+    assert report.summary.buckets.productive_ns == 50 * SEC
+
+
 def _discard_run(run: RunBuilder) -> None:
     """Generation makes groups g1 (3 s) and g2 (2 s) in step 1; step 2 discards g1 as stale."""
     d = run.process()

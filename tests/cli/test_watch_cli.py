@@ -645,3 +645,16 @@ def test_the_timeline_reads_the_runs_columns_once(run_dir: Path, tmp_path: Path,
     monkeypatch.setattr(window_module, "read_span_columns", counted)
     assert main(["timeline", str(run_dir), "-o", str(tmp_path / "t.json"), "--steps", "2"]) == EXIT_OK
     assert len(reads) == 1
+
+
+def test_steps_without_a_whole_number_leave_the_last_step_unknown(run_dir: Path, capsys) -> None:
+    """A step_span(2.5) is recorded without rl.step (the columns hold the int64 placeholder):
+    watch read that placeholder, -9223372036854775808, as the last step."""
+    from rlsight.errors import RlsightWarning
+
+    with capture_telemetry(run_dir=run_dir, run_id="fractional"), \
+            pytest.warns(RlsightWarning, match="2.5"), step_span(2.5):  # type: ignore[arg-type]
+        pass
+    assert main(["watch", str(run_dir), "--json"]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["steps"] == 1 and doc["last_step"] is None

@@ -95,7 +95,8 @@ def _notes(table: SpanTable, controllers: Sequence[int], missing_numbers: int) -
         notes.append(f"rl.step spans on {len(controllers)} timelines (a restarted driver, or "
                      "several controller threads); the run partition overlays them")
     if missing_numbers:
-        notes.append(f"{missing_numbers} rl.step span(s) without the rl.step attribute (shown as step -1)")
+        notes.append(f"{missing_numbers} rl.step span(s) without a whole step number (shown as step -1; "
+                     "a step_span(2.5) keeps its value in rl.step.value)")
     if table.orphans:
         notes.append(f"{table.orphans} span(s) whose parent is not in the store (lost or still "
                      "open at the end); their depth counts the missing parent as one level")

@@ -34,14 +34,15 @@ class Steps:
     span: I64
     """Table index of each step span."""
     number: I64
-    """The ``rl.step`` attribute; -1 where a step span lacks it."""
+    """The ``rl.step`` attribute; -1 where a step span lacks it (``step_span(2.5)``: no whole
+    number), which is never superseded nor counted as a restart."""
     start: I64
     end: I64
     timeline: I64
     superseded: NDArray[np.bool_]
     """A later step has the same or a lower number: this attempt was redone after a restart."""
     restarts: int
-    """Consecutive steps whose number did not increase."""
+    """Consecutive numbered steps whose number did not increase."""
     of_span: I64
     """Step row of every table span, or -1."""
     missing_numbers: int
@@ -93,7 +94,7 @@ def find_steps(table: SpanTable) -> Steps:
     number = np.where(missing, -1, raw)
     if len(idx) > 1:
         order = np.lexsort((idx, number, cols.start[idx]))
-        idx, number = idx[order], number[order]
+        idx, number, missing = idx[order], number[order], missing[order]
     start = cols.start[idx]
     end = np.maximum(cols.end[idx], start)
     if len(idx) == 1:  # every anchored span is in the one step
@@ -110,14 +111,19 @@ def find_steps(table: SpanTable) -> Steps:
         free = (of_span < 0).nonzero()[0]
         if len(free):
             of_span[free] = _by_time(start, end, cols.start[free], cols.end[free])
-    restarts = int(np.count_nonzero(number[1:] <= number[:-1])) if len(number) > 1 else 0
+    # A step without a number (``step_span(2.5)``, recorded without ``rl.step``) says nothing
+    # about restarts: only the numbered steps are compared, among themselves.
+    numbered = number[~missing]
+    restarts = int(np.count_nonzero(numbered[1:] <= numbered[:-1])) if len(numbered) > 1 else 0
+    superseded = np.zeros(len(number), dtype=np.bool_)
+    superseded[~missing] = _superseded(numbered)
     return Steps(
         span=idx,
         number=number,
         start=start,
         end=end,
         timeline=table.timeline[idx],
-        superseded=_superseded(number),
+        superseded=superseded,
         restarts=restarts,
         of_span=of_span,
         missing_numbers=int(np.count_nonzero(missing)),

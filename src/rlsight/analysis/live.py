@@ -632,7 +632,7 @@ def watch_snapshot(
     manifest = read_manifest(run_dir) or {}
     step_index = cols.names.index(STEP_SPAN) if STEP_SPAN in cols.names else -1
     step_mask = cols.name == step_index
-    step_numbers = [int(n) for n in cols.step_no[step_mask]]
+    step_numbers = [int(n) for n in cols.step_no[step_mask] if n != NO_STEP]
     step_numbers += [s.step for s in live.starts if s.name == STEP_SPAN and s.step is not None]
     durations = (cols.end - cols.start)[step_mask]
     errors = cols.status == STATUS_ERROR

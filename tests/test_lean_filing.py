@@ -23,9 +23,9 @@ from opentelemetry.sdk.trace import SpanProcessor
 
 import rlsight
 from rlsight import TelemetryConfig
-from rlsight._lean import LeanSpan, LeanStarter
+from rlsight._lean import LeanSpan
 from rlsight._step_rollup import StepRollupProcessor
-from test_lean_spans import _CountingIds, _test_thread_clock
+from test_lean_spans import _deterministic_telemetry
 
 # An operation: (kind, a, b). start: a = parent choice (0: the current context's none), b =
 # name choice; end / touch: a = which open span; foreign: a span of the user's tracer.
@@ -60,20 +60,11 @@ def _state(proc: StepRollupProcessor, telemetry: Any) -> tuple[Any, ...]:
 
 def _run(run_dir: Path, lean: bool, ops: list[tuple[str, int, int]],
          monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
-    monkeypatch.setattr(sdk_trace, "time_ns", _test_thread_clock())
-    tel = rlsight.setup_telemetry(TelemetryConfig(run_dir=str(run_dir), run_id="filing-test",
-                                                  span_groups=["all"], strict=True,
-                                                  local_store=False))
+    tel, provider, starter = _deterministic_telemetry(run_dir, "filing-test", monkeypatch,
+                                                      local_store=False)
     states = []
     try:
-        ids = _CountingIds()
-        provider = tel._tracer_provider
-        assert provider is not None
-        provider.id_generator = ids
         tracer = tel.tracer
-        tracer.id_generator = ids  # type: ignore[attr-defined]
-        starter = LeanStarter(tracer)
-        assert starter.usable
         user = provider.get_tracer("user.code")
         proc = tel._rollup
         assert proc is not None

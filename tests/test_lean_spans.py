@@ -13,6 +13,7 @@ import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry import trace
@@ -109,19 +110,26 @@ def _stored_spans(run_dir: Path) -> list[str]:
     return sorted(out)
 
 
-def _run(run_dir: Path, lean: bool, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def _deterministic_telemetry(run_dir: Path, run_id: str, monkeypatch: pytest.MonkeyPatch,
+                             **config: Any) -> tuple[Any, Any, LeanStarter]:
+    """Telemetry whose clock and ids repeat from run to run (so two runs of one program store
+    the same lines): the runtime, its provider, and a lean starter on its tracer."""
     monkeypatch.setattr(sdk_trace, "time_ns", _test_thread_clock())
-    tel = rlsight.setup_telemetry(TelemetryConfig(run_dir=str(run_dir), run_id="lean-test",
-                                                  span_groups=["all"], strict=True))
+    tel = rlsight.setup_telemetry(TelemetryConfig(run_dir=str(run_dir), run_id=run_id,
+                                                  span_groups=["all"], strict=True, **config))
+    ids = _CountingIds()
+    provider = tel._tracer_provider
+    assert provider is not None
+    provider.id_generator = ids
+    tel.tracer.id_generator = ids  # type: ignore[attr-defined]
+    starter = LeanStarter(tel.tracer)
+    assert starter.usable, "the lean path must be on for rlsight's own provider"
+    return tel, provider, starter
+
+
+def _run(run_dir: Path, lean: bool, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    tel, provider, starter = _deterministic_telemetry(run_dir, "lean-test", monkeypatch)
     try:
-        ids = _CountingIds()
-        provider = tel._tracer_provider
-        assert provider is not None
-        provider.id_generator = ids
-        tracer = tel.tracer
-        tracer.id_generator = ids  # type: ignore[attr-defined]
-        starter = LeanStarter(tracer)
-        assert starter.usable, "the lean path must be on for rlsight's own provider"
         tel._lean = starter if lean else None
         _program(provider.get_tracer("user.code"))
     finally:

@@ -204,14 +204,15 @@ class ProviderBuilder:
         """After each collection of rlsight's own readers, drop finished steps' series.
 
         Without it the SDK would keep (and walk on every collection) each step's
-        aggregations for the rest of the run: see :mod:`rlsight._step_series`. The readers a
-        caller passed in (``_extra_readers``) are theirs and left as the SDK made them.
+        aggregations for the rest of the run: see :mod:`rlsight._step_series`. Readers a
+        caller passed in (``_extra_readers``, e.g. a test's in-memory reader) are SDK readers,
+        left as the SDK made them.
         """
         from rlsight._step_series import PrunesAfterCollect
 
         series = self.run_state.instruments.series
         for reader in readers:
-            if isinstance(reader, PrunesAfterCollect) and reader not in self._extra_readers:
+            if isinstance(reader, PrunesAfterCollect):
                 reader.prune_with(functools.partial(
                     series.after_collect, mp, report=self.report_internal_error))
 

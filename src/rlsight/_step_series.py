@@ -18,7 +18,8 @@ Such an aggregation would give no data point until a new measurement of its attr
 no exported point changes. Since recording holds the lock, no ``add()`` is half-way through
 one being dropped: none raises and none is lost. If an old step is recorded again, the SDK
 makes a new aggregation whose first point starts when it was made, where a kept one's would
-have started at the collection before; its value and end time are the same.
+have started at the collection before, and comes after its metric's other points (it is last
+in the SDK's table); its value and end time are the same.
 """
 
 from __future__ import annotations

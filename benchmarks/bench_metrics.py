@@ -12,8 +12,8 @@
    store reader writing real store lines), with rlsight's pruning of finished steps
    (``_step_series``) against the SDK's default (every step's aggregations kept and walked
    on every collection). Memory is tracemalloc's count of what building and feeding the
-   provider left allocated; the collection time is the median of 15 collections, each after
-   one more step's points.
+   provider left allocated (after a garbage collection); the collection time is the median
+   of 15 collections, each after one more step's points.
 
 Issue 4 asks for the ratios; there is no target. The OTel SDK call (7-17 µs per measurement
 here) dominates the first one, which is why the tee runs once per step, not per sample.
@@ -21,6 +21,7 @@ here) dominates the first one, which is why the tee runs once per step, not per 
 
 from __future__ import annotations
 
+import gc
 import math
 import statistics
 import sys
@@ -203,6 +204,7 @@ def _long_run(steps: int, pruned: bool) -> tuple[float, float, int]:
         if s % 100 == 0:  # the store's 50 ms writer ticks many times a step in a real run
             reader.collect()
     reader.collect()
+    gc.collect()  # what is held, not garbage awaiting the next cycle collection
     held = tracemalloc.get_traced_memory()[0] / 2**20
     tracemalloc.stop()
     times = []

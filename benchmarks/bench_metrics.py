@@ -7,14 +7,27 @@
    like vLLM's (4 engines), against writing the same sample values into a plain dict, and
    against ``registry.collect()`` alone (the part prometheus_client itself costs).
 
+3. A long run: memory the meter provider holds and what one store collection costs after
+   N steps of 21 step-scoped series (20 counters and a gauge carrying ``rl.step``, one delta
+   store reader writing real store lines), with rlsight's pruning of finished steps
+   (``_step_series``) against the SDK's default (every step's aggregations kept and walked
+   on every collection). Memory is tracemalloc's count of what building and feeding the
+   provider left allocated (after a garbage collection); the collection time is the median
+   of 15 collections, each after one more step's points.
+
 Issue 4 asks for the ratios; there is no target. The OTel SDK call (7-17 µs per measurement
 here) dominates the first one, which is why the tee runs once per step, not per sample.
 """
 
 from __future__ import annotations
 
+import gc
+import math
+import statistics
 import sys
 import tempfile
+import time
+import tracemalloc
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -152,9 +165,86 @@ def engine(quick: bool) -> dict[str, object]:
     ])
 
 
+SERIES_COUNTERS = 20
+
+
+def _long_run(steps: int, pruned: bool) -> tuple[float, float, int]:
+    """(MiB held, ms per collection, aggregations kept) after ``steps`` steps."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    from rlsight._instruments import InstrumentCache
+    from rlsight._pruned_reader import PrunedPeriodicReader
+    from rlsight.store._exporters import LocalMetricExporter
+    from rlsight.store._sink import FileSink
+
+    folder = Path(tempfile.mkdtemp(prefix="rlsight-bench-series-"))
+    tracemalloc.start()
+    sink = FileSink(folder / "metrics.jsonl")
+    kind = PrunedPeriodicReader if pruned else PeriodicExportingMetricReader
+    reader = kind(LocalMetricExporter(sink), export_interval_millis=math.inf)
+    provider = MeterProvider(metric_readers=[reader], shutdown_on_exit=False)
+    cache = InstrumentCache()
+    series = cache.series
+    if isinstance(reader, PrunedPeriodicReader):
+        reader.prune_with(lambda r: series.after_collect(provider, r, _fail))
+    meter = provider.get_meter("rlsight")
+    counters = [cache.counter(meter, f"bench.c{i}", "1", "") for i in range(SERIES_COUNTERS)]
+    gauge = cache.gauge(meter, "bench.g", "1", "")
+
+    def step(s: int) -> None:
+        with series.lock:  # as rlsight's recording does
+            series.saw(s)
+            for counter in counters:
+                counter.add(1.0, {"rl.step": s, "rl.bucket": "idle"})
+            gauge.set(1.0, {"rl.step": s})
+
+    for s in range(steps):
+        step(s)
+        if s % 100 == 0:  # the store's 50 ms writer ticks many times a step in a real run
+            reader.collect()
+    reader.collect()
+    gc.collect()  # what is held, not garbage awaiting the next cycle collection
+    held = tracemalloc.get_traced_memory()[0] / 2**20
+    tracemalloc.stop()
+    times = []
+    for s in range(steps, steps + 15):
+        step(s)
+        t0 = time.perf_counter()
+        reader.collect()
+        times.append(time.perf_counter() - t0)
+    storage = provider._measurement_consumer._reader_storages[reader]
+    kept = sum(len(m._attributes_aggregation)
+               for ms in storage._instrument_view_instrument_matches.values() for m in ms)
+    provider.shutdown()
+    sink.close()
+    return held, statistics.median(times) * 1e3, kept
+
+
+def _fail(site: str, exc: BaseException) -> None:
+    raise RuntimeError(site) from exc
+
+
+def long_run(quick: bool) -> dict[str, object]:
+    lines = ["## a long run: 21 step-scoped series per step, one delta store reader",
+             f"  {'steps':>6} {'':<12} {'MiB held':>9} {'ms/collect':>11} {'aggregations':>13}"]
+    rows: dict[str, object] = {}
+    for i, steps in enumerate((200, 1_000) if quick else (1_000, 5_000)):
+        order = (False, True) if i % 2 == 0 else (True, False)  # who runs first alternates
+        got = {pruned: _long_run(steps, pruned) for pruned in order}
+        for pruned in (False, True):
+            held, ms, kept = got[pruned]
+            name = "pruned" if pruned else "SDK default"
+            lines.append(f"  {steps:>6} {name:<12} {held:>9.2f} {ms:>11.2f} {kept:>13}")
+            rows[f"{steps}:{name}"] = {"mib": round(held, 2), "collect_ms": round(ms, 3),
+                                       "aggregations": kept}
+    print("\n".join(lines))
+    return rows
+
+
 def main() -> None:
     args = parse_args()
-    docs = {"tee": tee(args.quick), "engine": engine(args.quick)}
+    docs = {"tee": tee(args.quick), "engine": engine(args.quick), "long_run": long_run(args.quick)}
     if args.json:
         emit_json(docs)
 

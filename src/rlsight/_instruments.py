@@ -13,6 +13,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final, TypeVar
 
+from rlsight._step_series import StepSeries
+
 if TYPE_CHECKING:
     from opentelemetry.metrics import Counter, Histogram, Meter, _Gauge
 
@@ -24,20 +26,22 @@ _I = TypeVar("_I")
 class InstrumentCache:
     """Instruments of the most recently seen meter, keyed by metric name."""
 
-    __slots__ = ("_lock", "_slot")
+    __slots__ = ("_lock", "_slot", "series")
 
     def __init__(self) -> None:
         # Reentrant: a memo's builder asks for the instruments it binds.
         self._lock: Final = threading.RLock()
         self._slot: tuple[Meter | None, dict[str, object]] = (None, {})
+        #: Step-scoped recording holds ``series.lock``; it prunes these instruments' old steps.
+        self.series: Final = StepSeries()
 
     def counter(self, meter: Meter, name: str, unit: str, description: str) -> Counter:
         """The counter ``name`` on ``meter``, created on first use."""
-        return self._get(meter, name, lambda: meter.create_counter(name, unit, description))
+        return self._get(meter, name, lambda: self._adopt(meter.create_counter(name, unit, description)))
 
     def gauge(self, meter: Meter, name: str, unit: str, description: str) -> _Gauge:
         """The synchronous gauge ``name`` on ``meter``, created on first use."""
-        return self._get(meter, name, lambda: meter.create_gauge(name, unit, description))
+        return self._get(meter, name, lambda: self._adopt(meter.create_gauge(name, unit, description)))
 
     def histogram(
         self,
@@ -51,9 +55,9 @@ class InstrumentCache:
         return self._get(
             meter,
             name,
-            lambda: meter.create_histogram(
+            lambda: self._adopt(meter.create_histogram(
                 name, unit, description, explicit_bucket_boundaries_advisory=boundaries
-            ),
+            )),
         )
 
     def memo(self, meter: Meter, key: str, create: Callable[[], _I]) -> _I:
@@ -63,6 +67,10 @@ class InstrumentCache:
         with a metric name; prefix it, e.g. ``group:trainer``).
         """
         return self._get(meter, key, create)
+
+    def _adopt(self, instrument: _I) -> _I:
+        self.series.adopt(instrument)
+        return instrument
 
     def _get(self, meter: Meter, name: str, create: Callable[[], _I]) -> _I:
         owner, instruments = self._slot
@@ -74,6 +82,7 @@ class InstrumentCache:
                 # Instruments belong to the provider that made them: a new meter starts over.
                 instruments = {}
                 self._slot = (meter, instruments)
+                self.series.forget()
             if name not in instruments:
                 instruments[name] = create()
             return instruments[name]  # type: ignore[return-value]

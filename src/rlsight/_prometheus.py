@@ -37,6 +37,7 @@ from opentelemetry.sdk.metrics.export import (
 from prometheus_client import CollectorRegistry, start_http_server
 
 from rlsight._semconv import STEP
+from rlsight._step_series import PrunesAfterCollect
 from rlsight.store._exporters import delta_temporality
 
 __all__ = ["PrometheusEndpoint", "StepFoldingReader"]
@@ -110,8 +111,12 @@ class _Series:
         return dataclasses.replace(self.metric, data=folded)
 
 
-class StepFoldingReader(PrometheusMetricReader):
-    """OpenTelemetry's Prometheus reader, fed run totals without the ``rl.step`` label."""
+class StepFoldingReader(PrunesAfterCollect, PrometheusMetricReader):
+    """OpenTelemetry's Prometheus reader, fed run totals without the ``rl.step`` label.
+
+    After folding a collection it drops finished steps' aggregations
+    (:mod:`rlsight._step_series`): the folded totals are what it keeps of them.
+    """
 
     def __init__(self, registry: CollectorRegistry) -> None:
         super().__init__(registry=registry)
@@ -144,6 +149,7 @@ class StepFoldingReader(PrometheusMetricReader):
                             series = self._series[(sm.scope, metric.name)] = _Series(metric)
                         for point in metric.data.data_points:
                             series.add(point)
+        self._collected()
 
     def _collect_for_scrape(self) -> None:
         """Collect what changed, then give the exporter every series' run total.

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from rlsight._batching import BatchingSpanProcessor
     from rlsight._lean import LeanStarter
     from rlsight._prometheus import PrometheusEndpoint
+    from rlsight._run_state import RunState
     from rlsight._step_rollup import StepRollupProcessor
     from rlsight.config import TelemetryConfig
     from rlsight.runtime import Telemetry
@@ -92,6 +93,7 @@ class ProviderBuilder:
     config: TelemetryConfig
     resource_attributes: dict[str, Any]
     report_internal_error: Callable[[str, BaseException], None]
+    run_state: RunState
     _identity: Identity
     _id_generator: IdGenerator | None
     _driver: bool
@@ -179,6 +181,7 @@ class ProviderBuilder:
                 tp.add_span_processor(self._rollup)
             readers.extend(self._extra_readers)
             mp = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
+            self._prune_step_series(mp, readers)
             if self._local_metric_reader is not None:
                 self._start_metric_writer(self._local_metric_reader)
             self._tracer_provider, self._meter_provider = tp, mp
@@ -196,6 +199,22 @@ class ProviderBuilder:
                 description="Spans an exporter dropped, by sink and reason",
             )
             self._materialized = True
+
+    def _prune_step_series(self, mp: MeterProvider, readers: list[MetricReader]) -> None:
+        """After each collection of rlsight's own readers, drop finished steps' series.
+
+        Without it the SDK would keep (and walk on every collection) each step's
+        aggregations for the rest of the run: see :mod:`rlsight._step_series`. Readers a
+        caller passed in (``_extra_readers``, e.g. a test's in-memory reader) are SDK readers,
+        left as the SDK made them.
+        """
+        from rlsight._step_series import PrunesAfterCollect
+
+        series = self.run_state.instruments.series
+        for reader in readers:
+            if isinstance(reader, PrunesAfterCollect):
+                reader.prune_with(functools.partial(
+                    series.after_collect, mp, report=self.report_internal_error))
 
     def _observe_drops(self, options: Any) -> Any:
         from opentelemetry.metrics import Observation
@@ -220,9 +239,8 @@ class ProviderBuilder:
             )
 
     def _build_local_store(self, tp: TracerProvider, stem: str) -> MetricReader:
-        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-
         from rlsight._batching import BatchingSpanProcessor
+        from rlsight._pruned_reader import PrunedPeriodicReader
         from rlsight.store._exporters import LocalMetricExporter, span_writer
         from rlsight.store._sink import FileSink
         from rlsight.store._span_codec import StoreRows
@@ -258,7 +276,7 @@ class ProviderBuilder:
         # reader gets no thread of its own (interval inf): its SDK thread could tick before
         # the MeterProvider registers it, which the SDK logs as a warning. _start_metric_writer
         # drives it once the provider exists.
-        reader = PeriodicExportingMetricReader(
+        reader = PrunedPeriodicReader(
             LocalMetricExporter(metric_sink, ship_metrics), export_interval_millis=math.inf
         )
         self._local_metric_reader = reader
@@ -336,10 +354,10 @@ class ProviderBuilder:
     def _build_otlp(self, tp: TracerProvider, span_exporter: Any,
                     metric_exporter: Any) -> MetricReader | None:
         """The span processor and metric reader of the OTLP exporters; the reader, if any."""
-        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
         from opentelemetry.sdk.trace.export import SpanExportResult
 
         from rlsight._batching import BatchingSpanProcessor, span_size
+        from rlsight._pruned_reader import PrunedPeriodicReader
 
         if span_exporter is not None:
 
@@ -356,7 +374,7 @@ class ProviderBuilder:
             tp.add_span_processor(otlp)
         if metric_exporter is None:
             return None
-        return PeriodicExportingMetricReader(metric_exporter, export_interval_millis=_OTLP_METRIC_INTERVAL_MS)
+        return PrunedPeriodicReader(metric_exporter, export_interval_millis=_OTLP_METRIC_INTERVAL_MS)
 
 
 def _span_limits() -> Any:

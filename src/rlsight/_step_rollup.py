@@ -375,21 +375,24 @@ class StepRollupProcessor(SpanProcessor):
 def _record(runtime: Telemetry, result: StepGoodput, summary: dict[str, float]) -> None:
     meter, instruments = runtime.meter, runtime.run_state.instruments
     step = result.step
-    counter = instruments.counter(
-        meter, GOODPUT_SECONDS, "s", "Seconds of each step in each goodput bucket (driver timeline).")
-    for bucket in SUMMARY_BUCKETS:
-        counter.add(summary[f"{SUMMARY_PREFIX}{bucket}_s"], {STEP: step, BUCKET: bucket})
-    instruments.gauge(meter, GOODPUT_PCT, "%", "Productive share of the step's wall time.").set(
-        summary[f"{SUMMARY_PREFIX}goodput_pct"], {STEP: step})
-    contributor = instruments.counter(
-        meter, GOODPUT_CONTRIBUTOR_SECONDS, "s",
-        "Seconds of each step a span name (or efficiency category) decided, by bucket.")
-    from rlsight.analysis.model import span_label
+    series = instruments.series
+    with series.lock:  # the pruning of finished steps never races a point (_step_series)
+        series.saw(step)
+        counter = instruments.counter(
+            meter, GOODPUT_SECONDS, "s", "Seconds of each step in each goodput bucket (driver timeline).")
+        for bucket in SUMMARY_BUCKETS:
+            counter.add(summary[f"{SUMMARY_PREFIX}{bucket}_s"], {STEP: step, BUCKET: bucket})
+        instruments.gauge(meter, GOODPUT_PCT, "%", "Productive share of the step's wall time.").set(
+            summary[f"{SUMMARY_PREFIX}goodput_pct"], {STEP: step})
+        contributor = instruments.counter(
+            meter, GOODPUT_CONTRIBUTOR_SECONDS, "s",
+            "Seconds of each step a span name (or efficiency category) decided, by bucket.")
+        from rlsight.analysis.model import span_label
 
-    for c in result.contributors:
-        if c.bucket in CONTRIBUTOR_BUCKETS:
-            contributor.add(c.attributed_ns / 1e9, {
-                STEP: step, BUCKET: c.bucket, CONTRIBUTOR_ATTRIBUTE: span_label(c.name)})
+        for c in result.contributors:
+            if c.bucket in CONTRIBUTOR_BUCKETS:
+                contributor.add(c.attributed_ns / 1e9, {
+                    STEP: step, BUCKET: c.bucket, CONTRIBUTOR_ATTRIBUTE: span_label(c.name)})
 
 
 def _record_window(runtime: Telemetry, nanoseconds: Mapping[str, int]) -> None:

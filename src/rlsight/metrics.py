@@ -341,33 +341,39 @@ def _record_group(
         )
         return
     meter, instruments = runtime.meter, runtime.run_state.instruments
-    for spec, record in _bind(instruments, meter, group, specs):
-        raw = values.get(spec.logger_key, _MISSING)
-        if raw is _MISSING:
-            reason = "missing"  # never a 0: the point is left out, and the gap is counted
-        else:
-            value = (
-                float(raw) if type(raw) is float or type(raw) is int else _number(group, spec, raw)
-            )
-            if value is None:
-                reason = "not_a_number"
-            elif not math.isfinite(value) or (spec.kind == "counter" and value < 0):
-                reason = "not_finite" if not math.isfinite(value) else "negative"
-                warn_once(
-                    f"rlsight.metrics.{reason}:{group}:{spec.logger_key}",
-                    f"record_metrics: logger key {spec.logger_key!r} (a {spec.kind}, metric "
-                    f"{spec.name!r}, group {group!r}) got {value!r}; "
-                    + ("OpenTelemetry carries only finite values"
-                       if reason == "not_finite" else "a counter only adds")
-                    + f", so the point is left out and counted on {SKIPPED}",
-                    stacklevel=3,
-                )
+    series = instruments.series
+    step = attributes.get(STEP) if attributes else None
+    # Held while recording: the pruning of finished steps never races a point (_step_series).
+    with series.lock:
+        if step is not None:
+            series.saw(step)
+        for spec, record in _bind(instruments, meter, group, specs):
+            raw = values.get(spec.logger_key, _MISSING)
+            if raw is _MISSING:
+                reason = "missing"  # never a 0: the point is left out, and the gap is counted
             else:
-                record(value, attributes)
-                continue
-        instruments.counter(meter, SKIPPED, "{point}", _SKIPPED_DOC).add(
-            1, {**(attributes or {}), SKIPPED_METRIC: spec.name, SKIPPED_REASON: reason}
-        )
+                value = (
+                    float(raw) if type(raw) is float or type(raw) is int else _number(group, spec, raw)
+                )
+                if value is None:
+                    reason = "not_a_number"
+                elif not math.isfinite(value) or (spec.kind == "counter" and value < 0):
+                    reason = "not_finite" if not math.isfinite(value) else "negative"
+                    warn_once(
+                        f"rlsight.metrics.{reason}:{group}:{spec.logger_key}",
+                        f"record_metrics: logger key {spec.logger_key!r} (a {spec.kind}, metric "
+                        f"{spec.name!r}, group {group!r}) got {value!r}; "
+                        + ("OpenTelemetry carries only finite values"
+                           if reason == "not_finite" else "a counter only adds")
+                        + f", so the point is left out and counted on {SKIPPED}",
+                        stacklevel=3,
+                    )
+                else:
+                    record(value, attributes)
+                    continue
+            instruments.counter(meter, SKIPPED, "{point}", _SKIPPED_DOC).add(
+                1, {**(attributes or {}), SKIPPED_METRIC: spec.name, SKIPPED_REASON: reason}
+            )
 
 
 def record_metrics(
@@ -466,16 +472,19 @@ def _record_efficiency(
     )
     # Every category seen so far gets a point each step: efficiency spans account for all
     # of this process's time in a category, so a category absent this step truly took 0 s.
-    for key in sorted(run_seconds):
-        category, measurement = key
-        seconds = drained.get(key, 0.0)
-        attributes: dict[str, str | int] = {
-            STEP: step, EFFICIENCY_CATEGORY: category, EFFICIENCY_MEASUREMENT: measurement,
-        }
-        seconds_counter.add(seconds, attributes)
-        share = seconds if pct_window == "step" else run_seconds[key]
-        if wall_s > 0:
-            pct_gauge.set(100.0 * share / wall_s, {**attributes, WINDOW_ATTRIBUTE: pct_window})
+    series = instruments.series
+    with series.lock:  # the pruning of finished steps never races a point (_step_series)
+        series.saw(step)
+        for key in sorted(run_seconds):
+            category, measurement = key
+            seconds = drained.get(key, 0.0)
+            attributes: dict[str, str | int] = {
+                STEP: step, EFFICIENCY_CATEGORY: category, EFFICIENCY_MEASUREMENT: measurement,
+            }
+            seconds_counter.add(seconds, attributes)
+            share = seconds if pct_window == "step" else run_seconds[key]
+            if wall_s > 0:
+                pct_gauge.set(100.0 * share / wall_s, {**attributes, WINDOW_ATTRIBUTE: pct_window})
 
 
 def record_inference(

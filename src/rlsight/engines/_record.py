@@ -49,7 +49,11 @@ def record_engine_deltas(
     if not deltas or runtime is None:
         return
     try:
-        _record_engine_deltas(runtime.run_state.instruments, runtime.meter, step, deltas, engine)
+        instruments = runtime.run_state.instruments
+        series = instruments.series
+        with series.lock:  # the pruning of finished steps never races a point (_step_series)
+            series.saw(step)
+            _record_engine_deltas(instruments, runtime.meter, step, deltas, engine)
     except Exception as exc:  # a metrics failure must not end the training step
         runtime.report_internal_error("record_engine_deltas", exc)
 

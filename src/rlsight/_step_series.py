@@ -9,7 +9,8 @@ series, linear in steps.
 :class:`StepSeries` bounds that. Every recording of an ``rl.step`` point to one of rlsight's
 instruments holds :attr:`StepSeries.lock` and names its step (:meth:`StepSeries.saw`). After
 each collection of one of rlsight's delta readers, :meth:`StepSeries.prune`, under the same
-lock and the SDK's own lock of each instrument's table, drops the aggregations that
+lock (when it is free: a pruning never waits for a recording; the next collection prunes) and
+the SDK's own lock of each instrument's table, drops the aggregations that
 
 * carry ``rl.step`` with a step other than the :data:`KEEP_STEPS` most recently recorded, and
 * hold nothing: the collection took their delta, and no measurement came since.
@@ -95,7 +96,11 @@ class StepSeries:
         temporality = storage._instrument_class_temporality
         matches = storage._instrument_view_instrument_matches
         dropped = 0
-        with self.lock:
+        # Never waits: a recording holding the lock may be slow (its caller's thread), and a
+        # reader's flush or shutdown must not wait behind it; the next collection prunes.
+        if not self.lock.acquire(blocking=False):
+            return 0
+        try:
             keep = list(self._recent)
             for instrument in list(self._instruments):
                 if temporality.get(type(instrument)) is not delta:
@@ -107,6 +112,8 @@ class StepSeries:
                         for key in done:
                             del table[key]
                         dropped += len(done)
+        finally:
+            self.lock.release()
         return dropped
 
     def after_collect(self, provider: MeterProvider, reader: MetricReader,

@@ -343,37 +343,42 @@ def _record_group(
     meter, instruments = runtime.meter, runtime.run_state.instruments
     series = instruments.series
     step = attributes.get(STEP) if attributes else None
+    # Values are checked first, outside the lock: a value's conversion is the caller's code (a
+    # tensor's .item() waits for its device) and must hold up no other thread's recording.
+    points: list[tuple[_Record, float]] = []
+    skipped: list[tuple[str, str]] = []
+    for spec, record in _bind(instruments, meter, group, specs):
+        raw = values.get(spec.logger_key, _MISSING)
+        if raw is _MISSING:
+            skipped.append((spec.name, "missing"))  # never a 0: left out, and the gap counted
+            continue
+        value = float(raw) if type(raw) is float or type(raw) is int else _number(group, spec, raw)
+        if value is None:
+            skipped.append((spec.name, "not_a_number"))
+        elif not math.isfinite(value) or (spec.kind == "counter" and value < 0):
+            reason = "not_finite" if not math.isfinite(value) else "negative"
+            warn_once(
+                f"rlsight.metrics.{reason}:{group}:{spec.logger_key}",
+                f"record_metrics: logger key {spec.logger_key!r} (a {spec.kind}, metric "
+                f"{spec.name!r}, group {group!r}) got {value!r}; "
+                + ("OpenTelemetry carries only finite values"
+                   if reason == "not_finite" else "a counter only adds")
+                + f", so the point is left out and counted on {SKIPPED}",
+                stacklevel=3,
+            )
+            skipped.append((spec.name, reason))
+        else:
+            points.append((record, value))
+    skips = instruments.counter(meter, SKIPPED, "{point}", _SKIPPED_DOC) if skipped else None
     # Held while recording: the pruning of finished steps never races a point (_step_series).
     with series.lock:
         if step is not None:
             series.saw(step)
-        for spec, record in _bind(instruments, meter, group, specs):
-            raw = values.get(spec.logger_key, _MISSING)
-            if raw is _MISSING:
-                reason = "missing"  # never a 0: the point is left out, and the gap is counted
-            else:
-                value = (
-                    float(raw) if type(raw) is float or type(raw) is int else _number(group, spec, raw)
-                )
-                if value is None:
-                    reason = "not_a_number"
-                elif not math.isfinite(value) or (spec.kind == "counter" and value < 0):
-                    reason = "not_finite" if not math.isfinite(value) else "negative"
-                    warn_once(
-                        f"rlsight.metrics.{reason}:{group}:{spec.logger_key}",
-                        f"record_metrics: logger key {spec.logger_key!r} (a {spec.kind}, metric "
-                        f"{spec.name!r}, group {group!r}) got {value!r}; "
-                        + ("OpenTelemetry carries only finite values"
-                           if reason == "not_finite" else "a counter only adds")
-                        + f", so the point is left out and counted on {SKIPPED}",
-                        stacklevel=3,
-                    )
-                else:
-                    record(value, attributes)
-                    continue
-            instruments.counter(meter, SKIPPED, "{point}", _SKIPPED_DOC).add(
-                1, {**(attributes or {}), SKIPPED_METRIC: spec.name, SKIPPED_REASON: reason}
-            )
+        for record, value in points:
+            record(value, attributes)
+        if skips is not None:
+            for name, reason in skipped:
+                skips.add(1, {**(attributes or {}), SKIPPED_METRIC: name, SKIPPED_REASON: reason})
 
 
 def record_metrics(

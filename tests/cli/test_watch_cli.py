@@ -658,3 +658,26 @@ def test_steps_without_a_whole_number_leave_the_last_step_unknown(run_dir: Path,
     assert main(["watch", str(run_dir), "--json"]) == EXIT_OK
     doc = json.loads(capsys.readouterr().out)
     assert doc["steps"] == 1 and doc["last_step"] is None
+
+
+@pytest.mark.parametrize("span_id", [None, "zz", "", 7, "00000000000000000"])
+def test_a_start_record_with_a_bad_span_id_is_skipped_and_the_failed_run_still_reads(
+        run_dir: Path, capsys, span_id: object) -> None:
+    """A valid JSON start line whose spanId is no 16-hex id (null, 'zz') crashed report, timeline
+    and diff with OverflowError in the failed-run check; it is one skipped record."""
+    from rlsight import job_span
+
+    with pytest.raises(RuntimeError), capture_telemetry(run_dir=run_dir, run_id="bad-id"), job_span():
+        with step_span(1):
+            pass
+        raise RuntimeError("boom")
+    live = sorted((run_dir / "live").glob("*.jsonl"))[0]
+    with live.open("a") as f:  # a resumed driver's job whose start line is damaged
+        f.write(json.dumps({"record": "start", "traceId": "0" * 32, "spanId": span_id,
+                            "name": "rl.job", "startTimeUnixNano": time.time_ns() + 10**9}) + "\n")
+    assert main(["report", str(run_dir), "--json"]) == EXIT_OK
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["postmortem"]["job_error"] is not None
+    assert doc["summary"]["skipped"] == 1
+    assert any("not a start record" in e for e in doc["summary"]["skipped_examples"])
+    assert main(["timeline", str(run_dir), "-o", str(run_dir / "t.json")]) == EXIT_OK

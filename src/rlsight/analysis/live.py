@@ -425,7 +425,8 @@ def _failed_job(cols: SpanColumns, errors: Any, live: LiveReadResult) -> int | N
     if not errors[last]:
         return None
     started = int(cols.start[last])
-    later = [_hex(s.span_id) for s in live.starts if s.name == JOB_SPAN and s.start_ns > started]
+    later = [i for s in live.starts if s.name == JOB_SPAN and s.start_ns > started
+             if (i := _hex(s.span_id)) >= 0]
     if later and not np.isin(np.asarray(later, dtype=np.uint64), cols.span_id).all():
         return None
     return last

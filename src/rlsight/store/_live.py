@@ -204,7 +204,7 @@ def read_live(run_dir: Path | str) -> LiveReadResult:
                     step, total = record.get("step"), record.get("totalSteps")
                     result.starts.append(StartRecord(
                         process=current.process, trace_id=str(record["traceId"]),
-                        span_id=str(record["spanId"]),
+                        span_id=_span_id(record["spanId"]),
                         parent_span_id=record.get("parentSpanId") or None,
                         name=str(record["name"]), group=record.get("group"),
                         start_ns=int64(record["startTimeUnixNano"]),
@@ -223,6 +223,15 @@ def read_live(run_dir: Path | str) -> LiveReadResult:
             beats = Path(run_dir) / HEARTBEAT_FOLDER / Path(proc.file).name
             proc.alive_ns = last_heartbeat(beats)
     return result
+
+
+def _span_id(value: object) -> str:
+    """A start record's span id: 16 hex digits, as the store writes them (readers turn it into
+    the 64-bit id the span's line will carry); anything else makes the line a skipped record."""
+    if not (isinstance(value, str) and len(value) == 16):
+        raise ValueError(f"spanId {value!r} is not 16 hex digits")
+    int(value, 16)  # ValueError if it is not hex
+    return value
 
 
 def last_heartbeat(path: Path) -> int | None:

@@ -216,3 +216,19 @@ def test_text_without_a_secret_key_is_left_as_it_is(text: str) -> None:
 def test_a_tokenizer_special_token_is_vocabulary_not_content(key: str, content: bool) -> None:
     """``span(..., eos_token="</s>")`` keeps what a tokenizer error needs to be read."""
     assert is_content_key(key) is content
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("{'mask_token': '[MASK]'}", "{'mask_token': '[MASK]'}"),
+    ("{'eos_token': '</s>', 'api_key': 'x'}", "{'eos_token': '</s>', 'api_key': <redacted>}"),
+    ("tokenizer.pad_token=<pad>", "tokenizer.pad_token=<pad>"),
+    ("my_eos_token=abc", "my_eos_token=<redacted>"),
+    ("xmask_token=abc", "xmask_token=<redacted>"),
+    # A special token's value left open runs to the end: kept whole, it hid the secrets after it.
+    ("eos_token=( password=hunter2", "eos_token=( password=<redacted>"),
+    ("bad special tokens: eos_token=[ api_key=sk_live_abc123",
+     "bad special tokens: eos_token=[ api_key=<redacted>"),
+    ("pad_token: ' ; hf_token=abc123xyz", "pad_token: ' ; hf_token=<redacted>"),
+])
+def test_a_tokenizer_special_token_in_a_message_is_kept_and_hides_nothing(text: str, expected: str) -> None:
+    assert scrub(text) == expected

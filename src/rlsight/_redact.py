@@ -96,7 +96,11 @@ def scrub(text: str) -> str:
             out.append(text[pos:m.end()])
             end = m.end()
         elif m["token"] and _tokenizer_key(text, m.start()):
-            out.append(text[pos:end])
+            if end < len(text) or not _opens(text, m.end()):
+                out.append(text[pos:end])
+            else:  # a value left open runs to the end: kept, it would hide what follows
+                out.append(text[pos:m.end()])
+                end = m.end()
         else:
             out.append(text[pos:m.end()] + REDACTED)
         pos = end
@@ -106,11 +110,20 @@ def scrub(text: str) -> str:
 
 def _tokenizer_key(text: str, token_at: int) -> bool:
     """Whether the key whose ``token`` starts at ``token_at`` is a special token's
-    (``eos_token``; ``tokenizer.eos_token``, not ``my_eos_token``)."""
-    start = token_at - 4
-    if start < 0 or (start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_-")):
-        return False
+    (``eos_token``, ``mask_token``; ``tokenizer.eos_token``, not ``my_eos_token``). Looks back
+    at most the longest such name, so a long run of word characters costs nothing."""
+    longest = max(map(len, TOKENIZER_KEYS)) - len("token")
+    start = token_at
+    while start > 0 and token_at - start <= longest and (
+            text[start - 1].isalnum() or text[start - 1] in "_-"):
+        start -= 1
     return text[start:token_at + 5].lower() in TOKENIZER_KEYS
+
+
+def _opens(text: str, start: int) -> bool:
+    """Whether the value at ``start`` is a string or bracket (which may be left open)."""
+    return (text.startswith(("\\\"", "\\'"), start) or _PREFIX.match(text, start) is not None
+            or (start < len(text) and text[start] in _OPEN))
 
 
 def _value_end(text: str, start: int) -> int | None:

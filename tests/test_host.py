@@ -125,7 +125,10 @@ def test_a_process_with_ray_loaded_records_the_node_address_ray_prints_in_its_er
     from rlsight._semconv import HOST_IP
 
     config = TelemetryConfig(run_id="ip", local_store=False)
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)  # as in a Ray worker or driver
     assert resource_attributes(config, Identity("driver", 0, 1))[HOST_IP] == [ray.util.get_node_ip_address()]
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # loaded, not connected: no look-up
+    assert HOST_IP not in resource_attributes(config, Identity("driver", 0, 1))
     monkeypatch.delitem(sys.modules, "ray")  # without Ray loaded: nothing is imported for it
     assert HOST_IP not in resource_attributes(config, Identity("driver", 0, 1))
     assert "ray" not in sys.modules

@@ -48,12 +48,13 @@ def _first(env: Mapping[str, str], names: tuple[str, ...]) -> str | None:
 
 def ray_node_ip() -> str | None:
     """This node's address as Ray knows it and prints it in its errors (``ip=10.0.0.5``), when
-    Ray is already loaded in this process (never imported here): the report names a pid in such
-    an error only when the process with that pid is known by that address (a pid number is per
-    host). ``None`` without Ray or when Ray cannot tell."""
+    Ray is loaded and connected in this process (never imported here): the report names a pid
+    in such an error only when the process with that pid is known by that address (a pid
+    number is per host). ``None`` without a connected Ray: Ray has then settled on no address,
+    and finding one could mean a hostname lookup at setup."""
     ray = sys.modules.get("ray")
     try:
-        ip = ray.util.get_node_ip_address() if ray is not None else None
+        ip = ray.util.get_node_ip_address() if ray is not None and ray.is_initialized() else None
     except Exception:  # a Ray too old or half-imported, no route: the attribute is left out
         return None
     return ip if isinstance(ip, str) and ip else None

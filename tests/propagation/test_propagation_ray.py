@@ -131,6 +131,9 @@ def test_one_trace_across_actors_tasks_streams_chains_and_http(
         if group != "driver":
             assert s.resource["process.pid"] == pids[group], s.name
     assert _by_name(mine, "rl.test.sync.work")[0].resource["rl.rank"] == 1
+    # Ray's node address, which its errors print beside a pid (``pid=22574, ip=...``).
+    assert {tuple(s.resource.get("host.ip") or ()) for s in mine
+            if s.resource["rl.worker_group"] != "driver"} == {(ray.util.get_node_ip_address(),)}
     assert len({s.resource["service.instance.id"] for s in mine}) == 5
     assert len({s.attributes["thread.id"] for s in _by_name(mine, "rl.test.threaded.work")}) >= 1
 

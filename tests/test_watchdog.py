@@ -54,6 +54,26 @@ def test_it_fires_once_on_a_stalled_run_and_names_the_open_span(run_dir: Path, c
     assert written["processes"][0]["innermost"]["name"] == "rl.test.stuck_refit"
     warnings = [r.getMessage() for r in caplog.records if "stall" in r.getMessage()]
     assert len(warnings) == 1 and "rl.test.stuck_refit" in warnings[0] and record.path in warnings[0]
+    assert "in step 3)" in warnings[0]
+
+
+def test_a_stall_in_a_step_with_no_whole_number_says_so(run_dir: Path, caplog) -> None:
+    """``step_span(2.5)`` runs without ``rl.step``: the warning read 'in step None'."""
+    from rlsight.errors import RlsightWarning
+
+    fired: list[StallRecord] = []
+    caplog.set_level(logging.WARNING, logger="rlsight")
+    setup_telemetry(_config(run_dir, stall_after_s=0.3), on_stall=fired.append)
+    try:
+        with pytest.warns(RlsightWarning), step_span(2.5):  # type: ignore[arg-type]
+            deadline = time.monotonic() + 10
+            while not fired and time.monotonic() < deadline:
+                time.sleep(0.05)
+    finally:
+        shutdown_telemetry()
+    assert len(fired) == 1 and fired[0].last_step is None
+    (warning,) = [r.getMessage() for r in caplog.records if "stall:" in r.getMessage()]
+    assert "in a step with no whole number" in warning and "None" not in warning.split(":")[2]
 
 
 def test_the_report_lists_the_stall_records(run_dir: Path, capsys) -> None:

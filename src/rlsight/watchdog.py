@@ -165,8 +165,9 @@ class Watchdog:
         self.fired += 1
         record = self._record(step, ended, quiet, limit)
         _log.warning(
-            "rlsight: stall: no step has ended for %.1fs (threshold %.1fs, in step %s): %s%s",
-            quiet, limit, step, record.describe(),
+            "rlsight: stall: no step has ended for %.1fs (threshold %.1fs, %s): %s%s",
+            quiet, limit, f"in step {step}" if step is not None else "in a step with no whole number",
+            record.describe(),
             f"; stall record {record.path}" if record.path else "",
         )
         if self._hook is not None:

@@ -214,6 +214,19 @@ class TestRecordMetrics:
                 record_metrics("trainer", {"train/samples": -3})
             assert points(cap, "test.samples") == []
 
+    def test_negative_histogram_value_warns_and_is_counted_not_dropped_by_the_sdk(self) -> None:
+        # OpenTelemetry's SDK drops a negative histogram measurement with only a log line: a
+        # negative reward would vanish without a gap being counted.
+        register_metric_group("trainer", [GRAD])
+        with capture_telemetry() as cap:
+            with pytest.warns(RlsightWarning, match="histogram takes no negative value.*as a gauge"):
+                record_metrics("trainer", {"train/grad_norm": -0.5}, {"rl.step": 4})
+            record_metrics("trainer", {"train/grad_norm": 0.0}, {"rl.step": 5})
+            assert [(p.count, p.sum) for p in points(cap, "test.grad_norm")] == [(1, 0.0)]
+            (skipped,) = points(cap, "rl.metrics.skipped")
+        assert skipped.attributes == {
+            "rl.step": 4, "rl.metric.name": "test.grad_norm", "rl.metric.reason": "negative"}
+
     def test_unregistered_group_warns_once_and_records_nothing(self) -> None:
         with capture_telemetry() as cap:
             with pytest.warns(RlsightWarning, match="'nope' is not registered"):

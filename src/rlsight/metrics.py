@@ -108,7 +108,7 @@ class MetricSpec:
         logger_key: The key the trainer's logged dict carries (``train/loss``). Write it as
             a string literal so ``rlsight check`` can match it to the code that emits it.
         kind: ``gauge`` (the value now, e.g. a loss), ``counter`` (an amount added this
-            step, never a running total) or ``histogram`` (one observation per step).
+            step, never a running total) or ``histogram`` (one observation per step, never negative).
         unit: UCUM unit (``s``, ``By``, ``{token}``, ``1`` for a ratio).
         description: One line for the docs table and for backends.
 
@@ -355,15 +355,22 @@ def _record_group(
         value = float(raw) if type(raw) is float or type(raw) is int else _number(group, spec, raw)
         if value is None:
             skipped.append((spec.name, "not_a_number"))
-        elif not math.isfinite(value) or (spec.kind == "counter" and value < 0):
+        elif not math.isfinite(value) or (spec.kind != "gauge" and value < 0):
+            # OpenTelemetry's SDK itself drops a negative histogram measurement with only a log
+            # line, so it is left out here, where the gap can be counted and the fix named.
             reason = "not_finite" if not math.isfinite(value) else "negative"
+            if reason == "not_finite":
+                why = "OpenTelemetry carries only finite values"
+            elif spec.kind == "counter":
+                why = "a counter only adds"
+            else:
+                why = ("an OpenTelemetry histogram takes no negative value (declare a signed "
+                       "quantity, a reward or an advantage, as a gauge)")
             warn_once(
                 f"rlsight.metrics.{reason}:{group}:{spec.logger_key}",
                 f"record_metrics: logger key {spec.logger_key!r} (a {spec.kind}, metric "
-                f"{spec.name!r}, group {group!r}) got {value!r}; "
-                + ("OpenTelemetry carries only finite values"
-                   if reason == "not_finite" else "a counter only adds")
-                + f", so the point is left out and counted on {SKIPPED}",
+                f"{spec.name!r}, group {group!r}) got {value!r}; {why}, so the point is left "
+                f"out and counted on {SKIPPED}",
                 stacklevel=3,
             )
             skipped.append((spec.name, reason))
@@ -391,8 +398,8 @@ def record_metrics(
     Keys in ``values`` that the group does not declare are ignored, so the whole logged
     dict can be passed. A declared key that is missing records no point (never a 0). A
     value that is not a number (a string, ``None``, a tensor of several elements), is not
-    finite, or is negative for a counter warns once per key and is left out; a tensor-like
-    with ``item()`` is accepted. Every value left out is counted on ``rl.metrics.skipped``
+    finite, or is negative for a counter or a histogram warns once per key and is left out;
+    a tensor-like with ``item()`` is accepted. Every value left out is counted on ``rl.metrics.skipped``
     with its metric name and reason, so a gap can be told from a step that never ran.
 
     Args:

@@ -257,6 +257,24 @@ class TestTee:
         assert loss.attributes == {"rl.step": 7, "rl.window": "run"}
         assert (loss.value, samples.value) == (1.5, 32)
 
+    def test_step_is_an_int_as_step_span_reads_it_and_minus_one_when_not_whole(self) -> None:
+        # Points of one metric must not carry rl.step as an int, a str and a float by turns
+        # (nor None, which OpenTelemetry refuses): the same reading as step_span and the
+        # driver's goodput metrics (-1, the value kept in rl.step.value).
+        register_metric_group("trainer", [LOSS])
+        with capture_telemetry(span_groups=()) as cap:
+            for step in ("3", 4.0, np.int64(5)):
+                tee_step_metrics(step, {"train/loss": 1.0})  # type: ignore[arg-type]
+            with pytest.warns(RlsightWarning, match=r"tee_step_metrics\(2\.5\).*rl\.step=-1"):
+                tee_step_metrics(2.5, {"train/loss": 1.0})  # type: ignore[arg-type]
+            tee_step_metrics(None, {"train/loss": 1.0})  # type: ignore[arg-type]
+            loss = [p.attributes for p in points(cap, "test.loss")]
+        assert loss == [{"rl.step": 3, "rl.window": "step"}, {"rl.step": 4, "rl.window": "step"},
+                        {"rl.step": 5, "rl.window": "step"},
+                        {"rl.step": -1, "rl.step.value": 2.5, "rl.window": "step"},
+                        {"rl.step": -1, "rl.window": "step"}]
+        assert all(type(a["rl.step"]) is int for a in loss)
+
     def test_efficiency_share_of_the_given_step_time_is_marked_step(self) -> None:
         with capture_telemetry(clock=FakeClock()) as cap:
             assert cap.clock is not None

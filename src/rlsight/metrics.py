@@ -30,9 +30,10 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 from rlsight._doc_tables import METRIC_COLUMNS, markdown_table
-from rlsight._semconv import EFFICIENCY_CATEGORY, EFFICIENCY_MEASUREMENT, STEP
+from rlsight._semconv import EFFICIENCY_CATEGORY, EFFICIENCY_MEASUREMENT, STEP, STEP_VALUE
 from rlsight.errors import MetricSpecError, warn_once
 from rlsight.runtime import active_runtime
+from rlsight.spans import step_value, whole_step
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import Meter
@@ -449,12 +450,33 @@ def tee_step_metrics(
         return
     try:
         meter = runtime.meter
-        attributes: dict[str, AttributeValue] = {STEP: step, WINDOW_ATTRIBUTE: window}
+        number = _tee_step(step)
+        attributes: dict[str, AttributeValue] = {STEP: number, WINDOW_ATTRIBUTE: window}
+        value = step_value(step) if number == -1 else None
+        if value is not None and value != -1:
+            attributes[STEP_VALUE] = value
         for group in tuple(_GROUPS):
             _record_group(runtime, group, values, attributes)
-        _record_efficiency(runtime, meter, step, denominator_s)
+        _record_efficiency(runtime, meter, number, denominator_s)
     except Exception as exc:  # the runtime's guard: log once (raise when strict), run goes on
         runtime.report_internal_error("tee_step_metrics", exc)
+
+
+def _tee_step(step: object) -> int:
+    """``rl.step`` of a tee's points: ``step`` read as :func:`rlsight.step_span` reads it, and
+    ``-1`` (after one warning) when it is no whole number, as the driver's goodput metrics
+    record such a step: one metric's points never mix an int, a str and a float step."""
+    number = whole_step(step)
+    if number is not None:
+        return number
+    warn_once(
+        "tee-step-not-whole",
+        f"tee_step_metrics({step!r}): the step is not a whole number, so its points carry "
+        "rl.step=-1 (with rl.step.value where it is a finite number); pass the loop's integer "
+        "step counter (this warning is shown once)",
+        stacklevel=3,
+    )
+    return -1
 
 
 def _record_efficiency(

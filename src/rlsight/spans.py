@@ -295,6 +295,30 @@ class _StepSpan(LiveSpan):
         super().finish(exc)
 
 
+def whole_step(step: Any) -> int | None:
+    """``step`` as an int when ``int()`` takes it without dropping a fraction (``5``, ``"5"``,
+    ``6.0``, a numpy integer), else ``None`` (``2.5``, ``None``, ``"first"``, ``inf``).
+
+    The one reading of a step number for spans and metrics alike, so one step's span and its
+    metric points never disagree on ``rl.step``.
+    """
+    if type(step) is int:
+        return step
+    number: int | None
+    try:
+        number = int(step)
+    except Exception:  # None, "first", inf (OverflowError), nan, an __int__ that raises
+        return None
+    if not isinstance(step, str):
+        try:
+            whole = bool(number == step)
+        except Exception:  # a comparison that fails says nothing against the number
+            whole = True
+        if not whole:
+            return None
+    return number
+
+
 def _step_number(step: Any) -> int | None:
     """``step`` as the int ``rl.step``, or ``None`` (after one warning) when it is no whole
     number: ``2.5``, ``None``, ``"first"``, ``inf``.
@@ -305,20 +329,7 @@ def _step_number(step: Any) -> int | None:
     as restarts and counts as wasted time. A step with no number is recorded without
     ``rl.step`` (see :func:`step_span`), which no restart can be read from.
     """
-    if type(step) is int:
-        return step
-    number: int | None
-    try:
-        number = int(step)
-    except Exception:  # None, "first", inf (OverflowError), nan, an __int__ that raises
-        number = None
-    if number is not None and not isinstance(step, str):
-        try:
-            whole = bool(number == step)
-        except Exception:  # a comparison that fails says nothing against the number
-            whole = True
-        if not whole:
-            number = None
+    number = whole_step(step)
     if number is None:
         warn_once(
             "step-span-not-whole",
@@ -331,7 +342,7 @@ def _step_number(step: Any) -> int | None:
     return number
 
 
-def _step_value(step: Any) -> float | None:
+def step_value(step: Any) -> float | None:
     """A step that is no whole number, as the float ``rl.step.value``: ``None`` where it is no
     finite number (``None``, ``"first"``, ``inf``)."""
     try:
@@ -362,7 +373,7 @@ def step_span(step: int, /, **attributes: Any) -> SpanContextManager:
     attributes.pop(STEP, None)  # the step is the argument: never a second, contradicting one
     if number is None:
         attributes.pop("step", None)
-        value = _step_value(step)
+        value = step_value(step)
         if value is not None:
             attributes[STEP_VALUE] = value
     else:

@@ -83,6 +83,22 @@ class TestRegistration:
         with pytest.raises(MetricSpecError, match="a name rlsight records itself"):
             register_metric_group("trainer", [mine])
 
+    def test_names_that_differ_only_in_case_are_one_metric(self) -> None:
+        # OpenTelemetry compares instrument names case-insensitively: 'TEST.LOSS' would be
+        # recorded as a second 'test.loss' of another kind, and 'RL.goodput.pct' as rlsight's.
+        register_metric_group("trainer", [LOSS])
+        shout = MetricSpec("TEST.LOSS", "critic/loss", "counter", "1", "Critic loss.")
+        with pytest.raises(MetricSpecError, match=r"'TEST\.LOSS', already declared by group "
+                           r"'trainer' as 'test\.loss'.*case"):
+            register_metric_group("critic", [shout])
+        with pytest.raises(MetricSpecError, match=r"metric name 'test\.b' twice.*case"):
+            register_metric_group("twins", [MetricSpec("test.a", "a", "gauge", "1", "A."),
+                                            MetricSpec("test.b", "b", "gauge", "1", "B."),
+                                            MetricSpec("Test.B", "c", "gauge", "1", "C.")])
+        mine = MetricSpec("RL.goodput.pct", "gp", "gauge", "%", "Goodput.")
+        with pytest.raises(MetricSpecError, match="a name rlsight records itself"):
+            register_metric_group("mine", [mine])
+
     def test_unknown_kind_raises(self) -> None:
         with pytest.raises(MetricSpecError, match="kind 'summary'"):
             MetricSpec("test.x", "x", "summary", "1", "Bad kind.")  # type: ignore[arg-type]

@@ -189,7 +189,9 @@ def register_metric_group(group: str, specs: Iterable[MetricSpec]) -> None:
                 "MetricSpec"
             )
     _reject_duplicates(group, declared, "logger key", lambda s: s.logger_key, "keep one spec per key")
-    _reject_duplicates(group, declared, "metric name", lambda s: s.name, "give each spec its own name")
+    # OpenTelemetry compares instrument names ignoring case, so names are compared so too.
+    _reject_duplicates(group, declared, "metric name", lambda s: s.name, "give each spec its own name",
+                       fold=str.lower)
     _require_otel_api({spec.kind for spec in declared}, group)
     with _GROUPS_LOCK:
         if group in _GROUPS:
@@ -197,18 +199,24 @@ def register_metric_group(group: str, specs: Iterable[MetricSpec]) -> None:
                 f"metric group {group!r} is already registered ({len(_GROUPS[group])} specs); "
                 "register each group once, at import of the module that owns it"
             )
-        owners = {s.name: g for g, specs_ in _GROUPS.items() for s in specs_}
+        owners = {s.name.lower(): (g, s.name) for g, specs_ in _GROUPS.items() for s in specs_}
         for spec in declared:
-            if spec.name in _RESERVED_NAMES or spec.name.startswith(_RESERVED_PREFIXES):
+            folded = spec.name.lower()
+            if folded in _RESERVED_NAMES or folded.startswith(_RESERVED_PREFIXES):
                 raise MetricSpecError(
                     f"metric group {group!r} declares {spec.name!r}, a name rlsight records "
                     "itself; choose a name outside rl.efficiency.*, rl.engine.*, rl.goodput.*, "
                     "rl.metrics.*, gen_ai.* and rl.setup.duration"
                 )
-            if spec.name in owners:
+            if folded in owners:
+                owner, name = owners[folded]
+                case = (
+                    "" if name == spec.name
+                    else f" as {name!r} (OpenTelemetry compares metric names ignoring case)"
+                )
                 raise MetricSpecError(
                     f"metric group {group!r} declares {spec.name!r}, already declared by "
-                    f"group {owners[spec.name]!r}; one metric name has one owner"
+                    f"group {owner!r}{case}; one metric name has one owner"
                 )
         _GROUPS[group] = declared
 
@@ -219,16 +227,22 @@ def _reject_duplicates(
     what: str,
     field: Callable[[MetricSpec], str],
     fix: str,
+    fold: Callable[[str], str] = str,
 ) -> None:
-    first: dict[str, int] = {}
+    first: dict[str, tuple[int, str]] = {}
     for index, spec in enumerate(specs, 1):
         value = field(spec)
-        if value in first:
-            raise MetricSpecError(
-                f"metric group {group!r} declares {what} {value!r} twice (specs #{first[value]} "
-                f"and #{index}); {fix}"
+        if fold(value) in first:
+            at, earlier = first[fold(value)]
+            case = (
+                "" if earlier == value
+                else f", the second as {value!r}: OpenTelemetry compares metric names ignoring case"
             )
-        first[value] = index
+            raise MetricSpecError(
+                f"metric group {group!r} declares {what} {earlier!r} twice (specs #{at} "
+                f"and #{index}{case}); {fix}"
+            )
+        first[fold(value)] = (index, value)
 
 
 def _require_otel_api(kinds: set[str], group: str) -> None:

@@ -15,7 +15,15 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from rlsight._redact import _CREDENTIALS, _SECRET_WORD, REDACTED, is_content_key, scrub, scrub_argv
+from rlsight._redact import (
+    _CREDENTIALS,
+    _SECRET_WORD,
+    AUTH_SCHEMES,
+    REDACTED,
+    is_content_key,
+    scrub,
+    scrub_argv,
+)
 from rlsight.cli import EXIT_OK, main
 from rlsight.spans import span
 from rlsight.store import read_spans
@@ -112,6 +120,15 @@ def test_the_manifest_holds_no_secret_from_argv_or_config(tmp_path: Path) -> Non
     ("{'bos_token': '<s>', 'eos_token': '</s>', 'pad_token': '<pad>'}",
      "{'bos_token': '<s>', 'eos_token': '</s>', 'pad_token': '<pad>'}"),
     ("{'eos_token': '</s>', 'hf_token': 'abc'}", "{'eos_token': '</s>', 'hf_token': <redacted>}"),
+    # an Authorization value is a scheme and its credential: both are redacted (the scheme alone was)
+    ("Authorization: Basic dXNlcjpwYXNz next", "Authorization: <redacted> next"),
+    ("Authorization: Token 0123abcd", "Authorization: <redacted>"),
+    ("authorization=Bearer abc.def.ghi", "authorization=<redacted>"),
+    ('Authorization: Digest username="Mufasa", realm="a@b", response="6629fae", opaque="5c" rest',
+     "Authorization: <redacted> rest"),
+    ("Authorization: AWS4-HMAC-SHA256 Credential=AKIA/1/s3/aws4_request, "
+     "SignedHeaders=host;x-amz-date, Signature=fe5f80f7 end", "Authorization: <redacted> end"),
+    ("authorization: required, see docs", "authorization: <redacted>, see docs"),
 ])
 def test_scrub(text: str, expected: str) -> None:
     assert scrub(text) == expected
@@ -207,6 +224,18 @@ def test_text_without_a_secret_key_is_left_as_it_is(text: str) -> None:
 
     assume(re.search(_SECRET_WORD, text, re.IGNORECASE) is None and _CREDENTIALS.search(text) is None)
     assert scrub(text) == text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(sorted(AUTH_SCHEMES)), st.booleans(),
+       st.sampled_from(["Authorization: ", "authorization=", "Proxy-Authorization: ", "x.authorization = "]),
+       st.text(st.characters(min_codepoint=33, max_codepoint=126, exclude_characters=",;'\""), max_size=20),
+       st.sampled_from(["", " rest", ", next", "; next", "\n"]))
+def test_an_authorization_scheme_is_redacted_with_its_credential(
+        scheme: str, upper: bool, key: str, body: str, after: str) -> None:
+    credential = f"{_HEAD}{body}{_TAIL}"
+    out = scrub(f"{key}{scheme.upper() if upper else scheme.title()} {credential}{after}")
+    assert out == f"{key}{REDACTED}{after}"
 
 
 @pytest.mark.parametrize(("key", "content"), [

@@ -42,7 +42,7 @@ _SECRET_WORD: Final = r"(?:api[_-]?key|apikey|[a-z0-9]*[_-]?token|secret|passwor
 #: run of word characters, quadratic time on a message holding a long blob. The value after it
 #: is found by :func:`_value_end`, which no regular expression can do: it may be a nested list.
 _KEY: Final = re.compile(
-    r"(?i)(?:api[_-]?key|apikey|(?P<token>token)|secret|password|passwd|authorization)"
+    r"(?i)(?:api[_-]?key|apikey|(?P<token>token)|secret|password|passwd|(?P<auth>authorization))"
     r"(?:\\?[\"'])?\s*[=:]\s*")
 #: A value that is not quoted nor bracketed (``token=abc``, ``{'num_token': 3}``): up to the next
 #: separator, less the closing brackets before it, which belong to the text around it.
@@ -55,6 +55,18 @@ _OPEN: Final = {"[": "]", "{": "}", "(": ")"}
 TOKENIZER_KEYS: Final = frozenset({
     "eos_token", "bos_token", "pad_token", "unk_token", "sep_token", "cls_token", "mask_token",
 })
+#: HTTP authentication schemes (lower-cased): after an ``Authorization`` key, a value that is one
+#: of these is a scheme, and the credential after it is redacted with it (``Basic dXNlcjpwYXNz``).
+AUTH_SCHEMES: Final = frozenset({
+    "basic", "bearer", "token", "digest", "negotiate", "ntlm", "aws4-hmac-sha256", "hoba",
+    "mutual", "vapid", "scram-sha-1", "scram-sha-256", "dpop", "gnap", "oauth", "apikey",
+})
+#: The credential after a scheme: a word (a token68, or a first ``name=value`` whose value may be
+#: quoted), then any ``, name=value`` parameters (Digest's ``response="..."``, AWS's
+#: ``Signature=...``). Each part starts with a fixed character, so no backtracking grows with input.
+_AUTH_CREDENTIAL: Final = re.compile(
+    r"[ \t]+[^\s,;'\"]+(?:\"(?:[^\"\\]|\\.)*\")?"
+    r"(?:[ \t]*,[ \t]*[\w-]+=(?:\"(?:[^\"\\]|\\.)*\"|[^\s,'\"]*))*")
 _CREDENTIALS: Final = re.compile(
     r"(?i)\bbearer\s+[\w.~+/=-]+"  # an Authorization header value
     r"|\b(?:sk|hf|ghp|gho|github_pat|xox[abp]|glpat)[-_][A-Za-z0-9_-]{16,}"  # vendor token shapes
@@ -102,6 +114,9 @@ def scrub(text: str) -> str:
                 out.append(text[pos:m.end()])
                 end = m.end()
         else:
+            if m["auth"] and text[m.end():end].lower() in AUTH_SCHEMES:
+                credential = _AUTH_CREDENTIAL.match(text, end)
+                end = credential.end() if credential else end
             out.append(text[pos:m.end()] + REDACTED)
         pos = end
     out.append(text[pos:])

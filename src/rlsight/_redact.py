@@ -99,7 +99,6 @@ def scrub(text: str) -> str:
     A value is redacted whole: a quoted string (``b'...'``, ``\\"...\\"`` included), a list,
     tuple or dict (nested ones too), or a bare word up to the next separator.
     """
-    text = _CREDENTIALS.sub(REDACTED, text)
     out: list[str] = []
     pos = 0
     while (m := _KEY.search(text, pos)) is not None:
@@ -120,7 +119,7 @@ def scrub(text: str) -> str:
             out.append(text[pos:m.end()] + REDACTED)
         pos = end
     out.append(text[pos:])
-    return "".join(out)
+    return _CREDENTIALS.sub(REDACTED, "".join(out))  # last: a key's credential is redacted whole first
 
 
 def _tokenizer_key(text: str, token_at: int) -> bool:

@@ -129,6 +129,21 @@ def test_the_manifest_holds_no_secret_from_argv_or_config(tmp_path: Path) -> Non
     ("Authorization: AWS4-HMAC-SHA256 Credential=AKIA/1/s3/aws4_request, "
      "SignedHeaders=host;x-amz-date, Signature=fe5f80f7 end", "Authorization: <redacted> end"),
     ("authorization: required, see docs", "authorization: <redacted>, see docs"),
+    # a secret word anywhere in the key, not only at its end
+    ("aws_secret_access_key=AKIAXX rest", "aws_secret_access_key=<redacted> rest"),
+    ("SECRET_KEY=abc", "SECRET_KEY=<redacted>"),
+    ("private_key: '-----BEGIN'", "private_key: <redacted>"),
+    ("client_secret=abc", "client_secret=<redacted>"),
+    ("password1=abc", "password1=<redacted>"),
+    ("passwords=['a', 'b'] n=1", "passwords=<redacted> n=1"),
+    ('secrets={"a": "b"}', "secrets=<redacted>"),
+    ("db_password_hash=$2b$12$abc", "db_password_hash=<redacted>"),  # crackable offline: a secret
+    ("secret_token=x", "secret_token=<redacted>"),
+    # counts and a measure of a secret are kept: 'token' names a secret only at the key's end
+    ("tokens=512, max_tokens: 1024, num_tokens=3", "tokens=512, max_tokens: 1024, num_tokens=3"),
+    ("token_budget=1024 token_ids=[1, 2]", "token_budget=1024 token_ids=[1, 2]"),
+    ("password_len=12 password_min_length: 8", "password_len=12 password_min_length: 8"),
+    ("password_len=abc", "password_len=<redacted>"),  # only a number is a measure
 ])
 def test_scrub(text: str, expected: str) -> None:
     assert scrub(text) == expected
@@ -143,8 +158,12 @@ def test_scrub_argv_keeps_ordinary_flags() -> None:
 #: tail after a cut) leaves one of them.
 _HEAD, _TAIL = "SECRETHEAD", "SECRETTAIL"
 _SECRET_KEYS = ("password", "db_password", "api_key", "apiKey", "hf_token", "api_token", "token",
-                "secret", "Authorization", "x-api-key", "access_token")
-_PLAIN_KEYS = ("lr", "model", "step", "max_new_tokens", "eos_token", "notes")
+                "secret", "Authorization", "x-api-key", "access_token",
+                # the secret word not at the key's end (these leaked before)
+                "aws_secret_access_key", "SECRET_KEY", "private_key", "client_secret", "password1",
+                "passwords", "secrets", "db_password_hash", "PRIVATE-KEY", "passphrase")
+_PLAIN_KEYS = ("lr", "model", "step", "max_new_tokens", "eos_token", "notes", "tokens", "max_tokens",
+               "num_tokens", "pad_token", "mask_token", "token_budget")
 _ANY_TEXT = st.text(st.sampled_from(list("'\"\\[]{}()<>,;&:= b\n"))
                     | st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
 
@@ -191,7 +210,10 @@ def _redacted(value: object) -> object:
 def _secret_key(key: str) -> bool:
     import re
 
-    return re.fullmatch(rf"[\w.-]*{_SECRET_WORD}", key, re.IGNORECASE) is not None and key != "eos_token"
+    if key in ("eos_token", "pad_token", "mask_token"):
+        return False
+    return re.fullmatch(rf"[\w.-]*{_SECRET_WORD}[\w-]*", key, re.IGNORECASE) is not None and (
+        not key.lower().endswith("tokens") and key != "token_budget")
 
 
 class _Redacted:
@@ -236,6 +258,19 @@ def test_an_authorization_scheme_is_redacted_with_its_credential(
     credential = f"{_HEAD}{body}{_TAIL}"
     out = scrub(f"{key}{scheme.upper() if upper else scheme.title()} {credential}{after}")
     assert out == f"{key}{REDACTED}{after}"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(
+    st.sampled_from(("tokens", "max_tokens", "num_tokens", "token_budget", "password_len", "secret_count",
+                     "eos_token", "lr", "API_KEY_LENGTH")),
+    st.sampled_from(("=", ": ", " = ", "': ", '": ')), st.integers(0, 10**9)), max_size=6),
+    st.sampled_from((", ", " ", "; ")))
+def test_counts_and_measures_in_text_are_left_as_they_are(
+        pairs: list[tuple[str, str, int]], sep: str) -> None:
+    """``tokens=512``, ``max_tokens: 1024``, ``password_len=12``: numbers that count, not secrets."""
+    text = sep.join(f"{key}{colon}{n}" for key, colon, n in pairs)
+    assert scrub(text) == text
 
 
 @pytest.mark.parametrize(("key", "content"), [

@@ -34,16 +34,30 @@ _GENAI_CONTENT: Final = frozenset({
     "gen_ai.prompt", "gen_ai.completion",
 })
 _GENAI_PREFIXES: Final = ("gen_ai.prompt.", "gen_ai.completion.")
-_SECRET_WORD: Final = r"(?:api[_-]?key|apikey|[a-z0-9]*[_-]?token|secret|password|passwd|authorization)"
-#: The end of a secret-named key and its separator. The key may end in a quote, escaped or not:
-#: a dict in a message, as JSON, as Python's repr or as JSON inside a JSON string
-#: (``{\"api_key\": ...}``). Only the end of the key is matched (``hf_token`` ends in
-#: ``token``): a pattern that also matched the words before it would try every start in a long
+#: What names a secret in a key, for the tests' oracle: one of the words of :data:`_KEY_WORD`
+#: anywhere in it, or ``token`` at its end.
+_SECRET_WORD: Final = (r"(?:api[_-]?key|apikey|[a-z0-9]*[_-]?token|secret|password|passwd|authorization"
+                       r"|private[_-]?key|passphrase)")
+#: A word that names a secret wherever it stands in a key (``aws_secret_access_key``,
+#: ``SECRET_KEY``, ``password1``, ``passwords``, ``db_password_hash``: a password's hash can be
+#: cracked offline), or ``token``, which names one only at the key's end (``hf_token``; not
+#: ``tokens=512`` nor ``max_tokens``). The key may end in a quote, escaped or not: a dict in a
+#: message, as JSON, as Python's repr or as JSON inside a JSON string (``{\"api_key\": ...}``).
+#: Only the word is matched, and the rest of the key is read forward from it (:data:`_KEY_REST`)
+#: and skipped: a pattern that also matched the words before it would try every start in a long
 #: run of word characters, quadratic time on a message holding a long blob. The value after it
 #: is found by :func:`_value_end`, which no regular expression can do: it may be a nested list.
-_KEY: Final = re.compile(
-    r"(?i)(?:api[_-]?key|apikey|(?P<token>token)|secret|password|passwd|(?P<auth>authorization))"
-    r"(?:\\?[\"'])?\s*[=:]\s*")
+_KEY_WORD: Final = re.compile(
+    r"(?i)api[_-]?key|apikey|(?P<token>token)|secret|password|passwd|(?P<auth>authorization)"
+    r"|private[_-]?key|passphrase")
+_KEY_REST: Final = re.compile(r"[\w-]*")
+_SEPARATOR: Final = re.compile(r"(?:\\?[\"'])?\s*[=:]\s*")
+#: The last part of a key that measures a secret rather than holding it: ``password_len=12`` keeps
+#: its number (only a number: ``password_len=abc`` is redacted all the same).
+_MEASURES: Final = frozenset({
+    "len", "length", "count", "size", "chars", "bytes", "bits", "rounds", "min", "max",
+})
+_PART: Final = re.compile(r"[_-]")
 #: A value that is not quoted nor bracketed (``token=abc``, ``{'num_token': 3}``): up to the next
 #: separator, less the closing brackets before it, which belong to the text around it.
 _BARE_VALUE: Final = re.compile(r"[^\s,;&'\"]+")
@@ -100,26 +114,39 @@ def scrub(text: str) -> str:
     tuple or dict (nested ones too), or a bare word up to the next separator.
     """
     out: list[str] = []
-    pos = 0
-    while (m := _KEY.search(text, pos)) is not None:
-        end = _value_end(text, m.end())
+    pos = search = 0
+    while (m := _KEY_WORD.search(text, search)) is not None:
+        key_end = m.end() if m["token"] else _KEY_REST.match(text, m.end()).end()  # type: ignore[union-attr]
+        sep = _SEPARATOR.match(text, key_end)
+        if sep is None:
+            search = key_end
+            continue
+        start = sep.end()
+        end = _value_end(text, start)
         if end is None:
-            out.append(text[pos:m.end()])
-            end = m.end()
-        elif m["token"] and _tokenizer_key(text, m.start()):
-            if end < len(text) or not _opens(text, m.end()):
+            out.append(text[pos:start])
+            end = start
+        elif ((m["token"] and _tokenizer_key(text, m.start()))
+              or _measure(text[m.end():key_end], text[start:end])):
+            if end < len(text) or not _opens(text, start):
                 out.append(text[pos:end])
             else:  # a value left open runs to the end: kept, it would hide what follows
-                out.append(text[pos:m.end()])
-                end = m.end()
+                out.append(text[pos:start])
+                end = start
         else:
-            if m["auth"] and text[m.end():end].lower() in AUTH_SCHEMES:
+            if m["auth"] and text[start:end].lower() in AUTH_SCHEMES:
                 credential = _AUTH_CREDENTIAL.match(text, end)
                 end = credential.end() if credential else end
-            out.append(text[pos:m.end()] + REDACTED)
-        pos = end
+            out.append(text[pos:start] + REDACTED)
+        pos = search = end
     out.append(text[pos:])
     return _CREDENTIALS.sub(REDACTED, "".join(out))  # last: a key's credential is redacted whole first
+
+
+def _measure(suffix: str, value: str) -> bool:
+    """Whether a key whose secret word is followed by ``suffix`` (``_len``) measures the secret
+    and ``value`` is a number: ``password_len=12`` is kept."""
+    return bool(suffix) and _PART.split(suffix)[-1].lower() in _MEASURES and value.isdigit()
 
 
 def _tokenizer_key(text: str, token_at: int) -> bool:

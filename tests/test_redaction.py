@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from rlsight._redact import (
@@ -144,6 +144,12 @@ def test_the_manifest_holds_no_secret_from_argv_or_config(tmp_path: Path) -> Non
     ("token_budget=1024 token_ids=[1, 2]", "token_budget=1024 token_ids=[1, 2]"),
     ("password_len=12 password_min_length: 8", "password_len=12 password_min_length: 8"),
     ("password_len=abc", "password_len=<redacted>"),  # only a number is a measure
+    # JSON inside two JSON strings: the quotes are escaped three times
+    (r'{\\\"api_key\\\": \\\"x\\\", \\\"n\\\": 1}', r'{\\\"api_key\\\": <redacted>, \\\"n\\\": 1}'),
+    (r'{\\\"token\\\": \\\"a\\\\\\\"b\\\", \\\"n\\\": 1}', r'{\\\"token\\\": <redacted>, \\\"n\\\": 1}'),
+    (r'{\\\"token\\\": [\\\"a]\\\"], \\\"n\\\": 1}', r'{\\\"token\\\": <redacted>, \\\"n\\\": 1}'),
+    # a string cut short inside an outer one ends where the outer one does
+    (r'{\\\"token\\\": \\\"abc\", \"n\": \"keep\"}', r'{\\\"token\\\": <redacted>, \"n\": \"keep\"}'),
 ])
 def test_scrub(text: str, expected: str) -> None:
     assert scrub(text) == expected
@@ -227,14 +233,16 @@ _REDACTED_MARK = _Redacted()
 @settings(max_examples=300, deadline=None)
 @given(_config())
 def test_no_secret_text_is_left_in_a_dict_a_message_prints(config: dict[str, object]) -> None:
-    """As Python's repr, as JSON and as JSON inside a JSON string (a message logged as JSON),
+    """As Python's repr, as JSON and as JSON inside one, two or three JSON strings (a message
+    logged as JSON, then logged again),
     nothing of a secret-keyed value survives, and in the repr exactly the value is replaced."""
     message = f"ValueError: bad config {config!r} (see docs)"
     out = scrub(message)
     assert _HEAD not in out and _TAIL not in out, out
     assert out == f"ValueError: bad config {_redacted(config)!r} (see docs)"
     as_json = json.dumps(config, default=repr, ensure_ascii=False)
-    for text in (f"config {as_json}", json.dumps({"msg": f"config {as_json}"})):
+    once = json.dumps({"msg": f"config {as_json}"})
+    for text in (f"config {as_json}", once, json.dumps({"msg": once}), json.dumps([json.dumps([once])])):
         out = scrub(text)
         assert _HEAD not in out and _TAIL not in out, (text, out)
 
@@ -246,6 +254,23 @@ def test_text_without_a_secret_key_is_left_as_it_is(text: str) -> None:
 
     assume(re.search(_SECRET_WORD, text, re.IGNORECASE) is None and _CREDENTIALS.search(text) is None)
     assert scrub(text) == text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.sampled_from(list("'\"\\[]{}, ab")) | st.characters(codec="utf-8"), max_size=12),
+       st.integers(1, 4), st.sampled_from(["token", "api_key", "password"]), st.sampled_from(["", _TAIL]))
+@example("a\\", 1, "token", "").via("a backslash just before the closing quote")
+@example('a\\"', 2, "api_key", "").via("a quote and a backslash, two levels deep")
+def test_json_inside_json_strings_loses_exactly_the_value(
+        body: str, depth: int, key: str, tail: str) -> None:
+    """JSON logged as a string ``depth`` times over: the secret's string is replaced whole (its own
+    quotes and backslashes, escaped at every level, do not end it early nor late; the value may
+    end in one)."""
+    value = json.dumps(f"{_HEAD}{body}{tail}")
+    text, expected = (f'{{"{key}": {v}, "n": "keep"}}' for v in (value, REDACTED))
+    for _ in range(depth):
+        text, expected = json.dumps(text), json.dumps(expected)
+    assert scrub(text) == expected
 
 
 @settings(max_examples=300, deadline=None)

@@ -51,7 +51,10 @@ _KEY_WORD: Final = re.compile(
     r"(?i)api[_-]?key|apikey|(?P<token>token)|secret|password|passwd|(?P<auth>authorization)"
     r"|private[_-]?key|passphrase")
 _KEY_REST: Final = re.compile(r"[\w-]*")
-_SEPARATOR: Final = re.compile(r"(?:\\?[\"'])?\s*[=:]\s*")
+_SEPARATOR: Final = re.compile(r"(?:\\*[\"'])?\s*[=:]\s*")
+#: A string written inside one or more other strings: its quote escaped once (``\"``, JSON inside
+#: a JSON string), three times (``\\\"``, inside two) or more.
+_ESCAPED_QUOTE: Final = re.compile(r"\\+[\"']")
 #: The last part of a key that measures a secret rather than holding it: ``password_len=12`` keeps
 #: its number (only a number: ``password_len=abc`` is redacted all the same).
 _MEASURES: Final = frozenset({
@@ -163,14 +166,14 @@ def _tokenizer_key(text: str, token_at: int) -> bool:
 
 def _opens(text: str, start: int) -> bool:
     """Whether the value at ``start`` is a string or bracket (which may be left open)."""
-    return (text.startswith(("\\\"", "\\'"), start) or _PREFIX.match(text, start) is not None
+    return (_ESCAPED_QUOTE.match(text, start) is not None or _PREFIX.match(text, start) is not None
             or (start < len(text) and text[start] in _OPEN))
 
 
 def _value_end(text: str, start: int) -> int | None:
     """Where the value starting at ``start`` ends; ``None`` where there is none. A string or
     bracket left open (a message cut short) runs to the end of the text."""
-    if text.startswith(("\\\"", "\\'"), start):  # JSON inside a JSON string: \"...\"
+    if _ESCAPED_QUOTE.match(text, start):  # JSON inside a JSON string: \"...\", \\\"...\\\"
         return _escaped_string_end(text, start)
     prefix = _PREFIX.match(text, start)
     if prefix is not None:
@@ -199,21 +202,24 @@ def _string_end(text: str, start: int) -> int:
 
 
 def _escaped_string_end(text: str, start: int) -> int:
-    """The end of the string at ``start`` written inside another string (``\\"a\\\\\\"b\\"``
-    holds ``a"b``): each escape is read as the outer string holds it, then as the inner one."""
-    quote, i, n, escaped = text[start + 1], start + 2, len(text), False
-    while i < n:
-        if text[i] == "\\" and i + 1 < n:
-            c, i = text[i + 1], i + 2
-        else:
-            c, i = text[i], i + 1
-        if escaped:
-            escaped = False
-        elif c == "\\":
-            escaped = True
-        elif c == quote:
-            return i
-    return n
+    """The end of the string at ``start`` written inside other strings, its quote escaped by
+    ``k`` backslashes (``\\"`` in JSON inside a JSON string: ``k`` is 1; 3 one level deeper).
+    Inside it, a quote of its own text is escaped ``2k + 1`` times and a backslash of its own
+    text is ``2k + 2`` backslashes, so the quote that closes it follows a run of ``k`` backslashes
+    modulo ``2k + 2``; a quote escaped fewer than ``k`` times closes a string around it, so this
+    one ended too. Each run is counted once: linear time."""
+    k = start
+    while text[k] == "\\":
+        k += 1
+    quote, k, i = text[k], k - start, k + 1
+    while (j := text.find(quote, i)) != -1:
+        run = j
+        while run > i and text[run - 1] == "\\":
+            run -= 1
+        if j - run < k or (j - run) % (2 * k + 2) == k:
+            return j + 1
+        i = j + 1
+    return len(text)
 
 
 def _bracket_end(text: str, start: int) -> int:
@@ -227,7 +233,13 @@ def _bracket_end(text: str, start: int) -> int:
             i = _string_end(text, i)
             continue
         if c == "\\":
-            i = _escaped_string_end(text, i) if text[i + 1:i + 2] in ("'", '"') else i + 2
+            run = i
+            while run < n and text[run] == "\\":
+                run += 1
+            if run < n and text[run] in "'\"":
+                i = _escaped_string_end(text, i)
+            else:  # an escaped character (``\\]``) is no bracket
+                i = run + 1 if (run - i) % 2 else run
             continue
         if c in _OPEN:
             closers.append(_OPEN[c])

@@ -148,6 +148,19 @@ def test_the_manifest_holds_no_secret_from_argv_or_config(tmp_path: Path) -> Non
     (r'{\\\"api_key\\\": \\\"x\\\", \\\"n\\\": 1}', r'{\\\"api_key\\\": <redacted>, \\\"n\\\": 1}'),
     (r'{\\\"token\\\": \\\"a\\\\\\\"b\\\", \\\"n\\\": 1}', r'{\\\"token\\\": <redacted>, \\\"n\\\": 1}'),
     (r'{\\\"token\\\": [\\\"a]\\\"], \\\"n\\\": 1}', r'{\\\"token\\\": <redacted>, \\\"n\\\": 1}'),
+    # a secret-named flag in a command a message prints: its value is the next item or word
+    ("CalledProcessError: Command '['vllm', 'serve', '--api-key', 'abc123xyz']' returned non-zero exit",
+     "CalledProcessError: Command '['vllm', 'serve', '--api-key', <redacted>]' returned non-zero exit"),
+    ("('--token', 'abc')", "('--token', <redacted>)"),
+    ('["--hf-token", "hf_x", "--eos-token", "</s>"]', '["--hf-token", <redacted>, "--eos-token", "</s>"]'),
+    ("Command 'vllm serve --api-key abc123 --port 8000' failed",
+     "Command 'vllm serve --api-key <redacted> --port 8000' failed"),
+    ("['--db-password', b'x', '-n', '1']", "['--db-password', <redacted>, '-n', '1']"),
+    # counts, measures and a flag with no value after it are kept
+    ("('--max-tokens', '512', '--password-len', '12', '--tokens', '3', '--eos-token', '</s>')",
+     "('--max-tokens', '512', '--password-len', '12', '--tokens', '3', '--eos-token', '</s>')"),
+    ("run --api-key --port 1; non-zero exit", "run --api-key --port 1; non-zero exit"),
+    ("range 3:-secret_x rest, a-token b", "range 3:-secret_x rest, a-token b"),  # no flag inside a word
     # a string cut short inside an outer one ends where the outer one does
     (r'{\\\"token\\\": \\\"abc\", \"n\": \"keep\"}', r'{\\\"token\\\": <redacted>, \"n\": \"keep\"}'),
 ])
@@ -296,6 +309,33 @@ def test_counts_and_measures_in_text_are_left_as_they_are(
     """``tokens=512``, ``max_tokens: 1024``, ``password_len=12``: numbers that count, not secrets."""
     text = sep.join(f"{key}{colon}{n}" for key, colon, n in pairs)
     assert scrub(text) == text
+
+
+_FLAGS = ("--api-key", "--token", "--hf-token", "--hf_token", "--aws-secret-access-key", "-password",
+          "--client-secret", "--passphrase")
+_PLAIN_ARGS = ("vllm", "serve", "--port", "8000", "--max-tokens", "512", "--eos-token", "</s>", "-n", "x y")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_PLAIN_ARGS), max_size=4), st.sampled_from(_FLAGS),
+       st.text(st.sampled_from(list("'\"\\[](), ab"))
+               | st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=10),
+       st.lists(st.sampled_from(_PLAIN_ARGS), max_size=4))
+def test_a_secret_flag_value_in_a_printed_command_is_redacted(
+        head: list[str], flag: str, body: str, tail: list[str]) -> None:
+    """A command a message prints as a list (``CalledProcessError``), a tuple or JSON, loses
+    exactly the value after a secret-named flag; the rest of the command stays."""
+    value = f"{_HEAD}{body}{_TAIL}"
+    argv, expected = [*head, flag, value, *tail], [*head, flag, _REDACTED_MARK, *tail]
+    error = str(subprocess.CalledProcessError(1, argv))
+    assert scrub(error) == str(subprocess.CalledProcessError(1, expected))
+    assert scrub(repr(tuple(argv))) == repr(tuple(expected))
+    for text in (json.dumps(argv), json.dumps({"msg": json.dumps(argv)})):
+        out = scrub(text)
+        assert _HEAD not in out and _TAIL not in out, (text, out)
+    if value.isprintable() and not any(c in value for c in " '\"\\,;&\t"):  # a word in a shell line
+        line, expected_line = (" ".join(map(str, words)) for words in (argv, expected))
+        assert scrub(f"Command '{line}' failed") == f"Command '{expected_line}' failed"
 
 
 @pytest.mark.parametrize(("key", "content"), [

@@ -55,6 +55,13 @@ _SEPARATOR: Final = re.compile(r"(?:\\*[\"'])?\s*[=:]\s*")
 #: A string written inside one or more other strings: its quote escaped once (``\"``, JSON inside
 #: a JSON string), three times (``\\\"``, inside two) or more.
 _ESCAPED_QUOTE: Final = re.compile(r"\\+[\"']")
+#: A command-line flag in a message, at the start of a word or of a quoted list item:
+#: ``Command '['vllm', 'serve', '--api-key', 'abc']'`` (a ``CalledProcessError``), or
+#: ``Command 'vllm serve --api-key abc'``. A secret-named flag's value is the next item or word.
+_FLAG: Final = re.compile(r"(?:(?<=[\s'\"])|^)--?(?=[A-Za-z])")
+#: After a quoted flag: the quote that closes it, then the comma before the next item.
+_ITEM_SEPARATOR: Final = re.compile(r"\s*,\s*")
+_WORD_SEPARATOR: Final = re.compile(r"[ \t]+(?!-)")
 #: The last part of a key that measures a secret rather than holding it: ``password_len=12`` keeps
 #: its number (only a number: ``password_len=abc`` is redacted all the same).
 _MEASURES: Final = frozenset({
@@ -116,6 +123,7 @@ def scrub(text: str) -> str:
     A value is redacted whole: a quoted string (``b'...'``, ``\\"...\\"`` included), a list,
     tuple or dict (nested ones too), or a bare word up to the next separator.
     """
+    text = _scrub_flags(text)
     out: list[str] = []
     pos = search = 0
     while (m := _KEY_WORD.search(text, search)) is not None:
@@ -144,6 +152,43 @@ def scrub(text: str) -> str:
         pos = search = end
     out.append(text[pos:])
     return _CREDENTIALS.sub(REDACTED, "".join(out))  # last: a key's credential is redacted whole first
+
+
+def _scrub_flags(text: str) -> str:
+    """``text`` with the value after each secret-named flag redacted: the next list item after
+    ``'--api-key', `` (a quoted flag), or the next word after ``--api-key `` (a bare one)."""
+    out: list[str] = []
+    pos = search = 0
+    while (m := _FLAG.search(text, search)) is not None:
+        name_end = _KEY_REST.match(text, m.end()).end()  # type: ignore[union-attr]
+        search = name_end
+        if not _secret_flag(text[m.end():name_end]):
+            continue
+        quotes = m.start()
+        if quotes > 0 and text[quotes - 1] in "'\"":
+            quotes -= 1
+            while quotes > 0 and text[quotes - 1] == "\\":
+                quotes -= 1
+        closing = text[quotes:m.start()]  # the quote, escaped as the opening one is
+        if closing and text.startswith(closing, name_end):  # a list item: '--api-key', 'X'
+            sep = _ITEM_SEPARATOR.match(text, name_end + len(closing))
+        else:  # a word: --api-key X, also first in a quoted command ('--api-key X')
+            sep = _WORD_SEPARATOR.match(text, name_end)
+        if sep is None or (end := _value_end(text, sep.end())) is None:
+            continue
+        out.append(text[pos:sep.end()] + REDACTED)
+        pos = search = end
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _secret_flag(name: str) -> bool:
+    """Whether a flag's ``name`` (``api-key``, ``hf_token``) names a secret, as a key would."""
+    key = name.lower().replace("-", "_")
+    if key.endswith("token"):
+        return key not in TOKENIZER_KEYS
+    m = _KEY_WORD.search(key)
+    return m is not None and not m["token"] and _PART.split(key)[-1] not in _MEASURES
 
 
 def _measure(suffix: str, value: str) -> bool:

@@ -168,6 +168,12 @@ def test_scrub(text: str, expected: str) -> None:
     assert scrub(text) == expected
 
 
+def test_scrub_argv_hides_a_flag_that_names_a_secret_anywhere() -> None:
+    argv = ["train.py", "--aws-secret-access-key", "AK", "--client_secret=CS", "--password-len", "12"]
+    assert scrub_argv(argv) == ["train.py", "--aws-secret-access-key", REDACTED, "--client_secret=<redacted>",
+                                "--password-len", "12"]
+
+
 def test_scrub_argv_keeps_ordinary_flags() -> None:
     argv = ["train.py", "--lr=3e-4", "--steps", "10"]
     assert scrub_argv(argv) == argv
@@ -341,6 +347,10 @@ def test_a_secret_flag_value_in_a_printed_command_is_redacted(
 @pytest.mark.parametrize(("key", "content"), [
     ("eos_token", False), ("tokenizer.pad_token", False), ("mask_token", False),
     ("hf_token", True), ("access_token", True), ("rl.token", True), ("eos_token_id", False),
+    # a secret word anywhere in the last segment, as in scrubbed text; counts and measures kept
+    ("aws_secret_access_key", True), ("rl.client_secret", True), ("password1", True),
+    ("db_password_hash", True), ("private_key", True), ("password_len", False), ("max_tokens", False),
+    ("token_budget", False),
 ])
 def test_a_tokenizer_special_token_is_vocabulary_not_content(key: str, content: bool) -> None:
     """``span(..., eos_token="</s>")`` keeps what a tokenizer error needs to be read."""

@@ -107,7 +107,7 @@ def is_content_key(key: str) -> bool:
     last = low.rsplit(".", 1)[-1]
     if last in TOKENIZER_KEYS:
         return False
-    return last in REDACTED_KEYS or last.endswith(("_token", "-token"))
+    return last in REDACTED_KEYS or last.endswith(("_token", "-token")) or _names_secret(last)
 
 
 def is_content(value: object) -> bool:
@@ -162,7 +162,7 @@ def _scrub_flags(text: str) -> str:
     while (m := _FLAG.search(text, search)) is not None:
         name_end = _KEY_REST.match(text, m.end()).end()  # type: ignore[union-attr]
         search = name_end
-        if not _secret_flag(text[m.end():name_end]):
+        if not _names_secret(text[m.end():name_end]):
             continue
         quotes = m.start()
         if quotes > 0 and text[quotes - 1] in "'\"":
@@ -182,8 +182,9 @@ def _scrub_flags(text: str) -> str:
     return "".join(out)
 
 
-def _secret_flag(name: str) -> bool:
-    """Whether a flag's ``name`` (``api-key``, ``hf_token``) names a secret, as a key would."""
+def _names_secret(name: str) -> bool:
+    """Whether ``name`` (a flag's ``api-key``, a key's last segment ``client_secret``) names a
+    secret: a secret word anywhere but a measure (``password_len``), or ``token`` at its end."""
     key = name.lower().replace("-", "_")
     if key.endswith("token"):
         return key not in TOKENIZER_KEYS

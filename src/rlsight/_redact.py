@@ -4,7 +4,8 @@ One module so the span attributes, recorded exceptions, the Perfetto timeline an
 ``manifest.json`` apply the same rules: a key that names content (a prompt, a completion, a
 chat message, a token, a key) has its text replaced by ``"<redacted>"``; free text that rlsight
 cannot classify by key (an exception message, a command line) is scrubbed of ``key=value``
-pairs whose key names a secret and of well-known credential shapes.
+pairs whose key names a secret, of the value after a secret-named flag in a command it prints,
+and of well-known credential shapes.
 """
 
 from __future__ import annotations

@@ -12,10 +12,18 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from rlsight._redact import _CREDENTIALS, _SECRET_WORD, REDACTED, is_content_key, scrub, scrub_argv
+from rlsight._redact import (
+    _CREDENTIALS,
+    _SECRET_WORD,
+    AUTH_SCHEMES,
+    REDACTED,
+    is_content_key,
+    scrub,
+    scrub_argv,
+)
 from rlsight.cli import EXIT_OK, main
 from rlsight.spans import span
 from rlsight.store import read_spans
@@ -112,9 +120,58 @@ def test_the_manifest_holds_no_secret_from_argv_or_config(tmp_path: Path) -> Non
     ("{'bos_token': '<s>', 'eos_token': '</s>', 'pad_token': '<pad>'}",
      "{'bos_token': '<s>', 'eos_token': '</s>', 'pad_token': '<pad>'}"),
     ("{'eos_token': '</s>', 'hf_token': 'abc'}", "{'eos_token': '</s>', 'hf_token': <redacted>}"),
+    # an Authorization value is a scheme and its credential: both are redacted (the scheme alone was)
+    ("Authorization: Basic dXNlcjpwYXNz next", "Authorization: <redacted> next"),
+    ("Authorization: Token 0123abcd", "Authorization: <redacted>"),
+    ("authorization=Bearer abc.def.ghi", "authorization=<redacted>"),
+    ('Authorization: Digest username="Mufasa", realm="a@b", response="6629fae", opaque="5c" rest',
+     "Authorization: <redacted> rest"),
+    ("Authorization: AWS4-HMAC-SHA256 Credential=AKIA/1/s3/aws4_request, "
+     "SignedHeaders=host;x-amz-date, Signature=fe5f80f7 end", "Authorization: <redacted> end"),
+    ("authorization: required, see docs", "authorization: <redacted>, see docs"),
+    # a secret word anywhere in the key, not only at its end
+    ("aws_secret_access_key=AKIAXX rest", "aws_secret_access_key=<redacted> rest"),
+    ("SECRET_KEY=abc", "SECRET_KEY=<redacted>"),
+    ("private_key: '-----BEGIN'", "private_key: <redacted>"),
+    ("client_secret=abc", "client_secret=<redacted>"),
+    ("password1=abc", "password1=<redacted>"),
+    ("passwords=['a', 'b'] n=1", "passwords=<redacted> n=1"),
+    ('secrets={"a": "b"}', "secrets=<redacted>"),
+    ("db_password_hash=$2b$12$abc", "db_password_hash=<redacted>"),  # crackable offline: a secret
+    ("secret_token=x", "secret_token=<redacted>"),
+    # counts and a measure of a secret are kept: 'token' names a secret only at the key's end
+    ("tokens=512, max_tokens: 1024, num_tokens=3", "tokens=512, max_tokens: 1024, num_tokens=3"),
+    ("token_budget=1024 token_ids=[1, 2]", "token_budget=1024 token_ids=[1, 2]"),
+    ("password_len=12 password_min_length: 8", "password_len=12 password_min_length: 8"),
+    ("password_len=abc", "password_len=<redacted>"),  # only a number is a measure
+    # JSON inside two JSON strings: the quotes are escaped three times
+    (r'{\\\"api_key\\\": \\\"x\\\", \\\"n\\\": 1}', r'{\\\"api_key\\\": <redacted>, \\\"n\\\": 1}'),
+    (r'{\\\"token\\\": \\\"a\\\\\\\"b\\\", \\\"n\\\": 1}', r'{\\\"token\\\": <redacted>, \\\"n\\\": 1}'),
+    (r'{\\\"token\\\": [\\\"a]\\\"], \\\"n\\\": 1}', r'{\\\"token\\\": <redacted>, \\\"n\\\": 1}'),
+    # a secret-named flag in a command a message prints: its value is the next item or word
+    ("CalledProcessError: Command '['vllm', 'serve', '--api-key', 'abc123xyz']' returned non-zero exit",
+     "CalledProcessError: Command '['vllm', 'serve', '--api-key', <redacted>]' returned non-zero exit"),
+    ("('--token', 'abc')", "('--token', <redacted>)"),
+    ('["--hf-token", "hf_x", "--eos-token", "</s>"]', '["--hf-token", <redacted>, "--eos-token", "</s>"]'),
+    ("Command 'vllm serve --api-key abc123 --port 8000' failed",
+     "Command 'vllm serve --api-key <redacted> --port 8000' failed"),
+    ("['--db-password', b'x', '-n', '1']", "['--db-password', <redacted>, '-n', '1']"),
+    # counts, measures and a flag with no value after it are kept
+    ("('--max-tokens', '512', '--password-len', '12', '--tokens', '3', '--eos-token', '</s>')",
+     "('--max-tokens', '512', '--password-len', '12', '--tokens', '3', '--eos-token', '</s>')"),
+    ("run --api-key --port 1; non-zero exit", "run --api-key --port 1; non-zero exit"),
+    ("range 3:-secret_x rest, a-token b", "range 3:-secret_x rest, a-token b"),  # no flag inside a word
+    # a string cut short inside an outer one ends where the outer one does
+    (r'{\\\"token\\\": \\\"abc\", \"n\": \"keep\"}', r'{\\\"token\\\": <redacted>, \"n\": \"keep\"}'),
 ])
 def test_scrub(text: str, expected: str) -> None:
     assert scrub(text) == expected
+
+
+def test_scrub_argv_hides_a_flag_that_names_a_secret_anywhere() -> None:
+    argv = ["train.py", "--aws-secret-access-key", "AK", "--client_secret=CS", "--password-len", "12"]
+    assert scrub_argv(argv) == ["train.py", "--aws-secret-access-key", REDACTED, "--client_secret=<redacted>",
+                                "--password-len", "12"]
 
 
 def test_scrub_argv_keeps_ordinary_flags() -> None:
@@ -126,8 +183,12 @@ def test_scrub_argv_keeps_ordinary_flags() -> None:
 #: tail after a cut) leaves one of them.
 _HEAD, _TAIL = "SECRETHEAD", "SECRETTAIL"
 _SECRET_KEYS = ("password", "db_password", "api_key", "apiKey", "hf_token", "api_token", "token",
-                "secret", "Authorization", "x-api-key", "access_token")
-_PLAIN_KEYS = ("lr", "model", "step", "max_new_tokens", "eos_token", "notes")
+                "secret", "Authorization", "x-api-key", "access_token",
+                # the secret word not at the key's end (these leaked before)
+                "aws_secret_access_key", "SECRET_KEY", "private_key", "client_secret", "password1",
+                "passwords", "secrets", "db_password_hash", "PRIVATE-KEY", "passphrase")
+_PLAIN_KEYS = ("lr", "model", "step", "max_new_tokens", "eos_token", "notes", "tokens", "max_tokens",
+               "num_tokens", "pad_token", "mask_token", "token_budget")
 _ANY_TEXT = st.text(st.sampled_from(list("'\"\\[]{}()<>,;&:= b\n"))
                     | st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
 
@@ -174,7 +235,10 @@ def _redacted(value: object) -> object:
 def _secret_key(key: str) -> bool:
     import re
 
-    return re.fullmatch(rf"[\w.-]*{_SECRET_WORD}", key, re.IGNORECASE) is not None and key != "eos_token"
+    if key in ("eos_token", "pad_token", "mask_token"):
+        return False
+    return re.fullmatch(rf"[\w.-]*{_SECRET_WORD}[\w-]*", key, re.IGNORECASE) is not None and (
+        not key.lower().endswith("tokens") and key != "token_budget")
 
 
 class _Redacted:
@@ -188,14 +252,16 @@ _REDACTED_MARK = _Redacted()
 @settings(max_examples=300, deadline=None)
 @given(_config())
 def test_no_secret_text_is_left_in_a_dict_a_message_prints(config: dict[str, object]) -> None:
-    """As Python's repr, as JSON and as JSON inside a JSON string (a message logged as JSON),
+    """As Python's repr, as JSON and as JSON inside one, two or three JSON strings (a message
+    logged as JSON, then logged again),
     nothing of a secret-keyed value survives, and in the repr exactly the value is replaced."""
     message = f"ValueError: bad config {config!r} (see docs)"
     out = scrub(message)
     assert _HEAD not in out and _TAIL not in out, out
     assert out == f"ValueError: bad config {_redacted(config)!r} (see docs)"
     as_json = json.dumps(config, default=repr, ensure_ascii=False)
-    for text in (f"config {as_json}", json.dumps({"msg": f"config {as_json}"})):
+    once = json.dumps({"msg": f"config {as_json}"})
+    for text in (f"config {as_json}", once, json.dumps({"msg": once}), json.dumps([json.dumps([once])])):
         out = scrub(text)
         assert _HEAD not in out and _TAIL not in out, (text, out)
 
@@ -209,9 +275,82 @@ def test_text_without_a_secret_key_is_left_as_it_is(text: str) -> None:
     assert scrub(text) == text
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.sampled_from(list("'\"\\[]{}, ab")) | st.characters(codec="utf-8"), max_size=12),
+       st.integers(1, 4), st.sampled_from(["token", "api_key", "password"]), st.sampled_from(["", _TAIL]))
+@example("a\\", 1, "token", "").via("a backslash just before the closing quote")
+@example('a\\"', 2, "api_key", "").via("a quote and a backslash, two levels deep")
+def test_json_inside_json_strings_loses_exactly_the_value(
+        body: str, depth: int, key: str, tail: str) -> None:
+    """JSON logged as a string ``depth`` times over: the secret's string is replaced whole (its own
+    quotes and backslashes, escaped at every level, do not end it early nor late; the value may
+    end in one)."""
+    value = json.dumps(f"{_HEAD}{body}{tail}")
+    text, expected = (f'{{"{key}": {v}, "n": "keep"}}' for v in (value, REDACTED))
+    for _ in range(depth):
+        text, expected = json.dumps(text), json.dumps(expected)
+    assert scrub(text) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(sorted(AUTH_SCHEMES)), st.booleans(),
+       st.sampled_from(["Authorization: ", "authorization=", "Proxy-Authorization: ", "x.authorization = "]),
+       st.text(st.characters(min_codepoint=33, max_codepoint=126, exclude_characters=",;'\""), max_size=20),
+       st.sampled_from(["", " rest", ", next", "; next", "\n"]))
+def test_an_authorization_scheme_is_redacted_with_its_credential(
+        scheme: str, upper: bool, key: str, body: str, after: str) -> None:
+    credential = f"{_HEAD}{body}{_TAIL}"
+    out = scrub(f"{key}{scheme.upper() if upper else scheme.title()} {credential}{after}")
+    assert out == f"{key}{REDACTED}{after}"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(
+    st.sampled_from(("tokens", "max_tokens", "num_tokens", "token_budget", "password_len", "secret_count",
+                     "eos_token", "lr", "API_KEY_LENGTH")),
+    st.sampled_from(("=", ": ", " = ", "': ", '": ')), st.integers(0, 10**9)), max_size=6),
+    st.sampled_from((", ", " ", "; ")))
+def test_counts_and_measures_in_text_are_left_as_they_are(
+        pairs: list[tuple[str, str, int]], sep: str) -> None:
+    """``tokens=512``, ``max_tokens: 1024``, ``password_len=12``: numbers that count, not secrets."""
+    text = sep.join(f"{key}{colon}{n}" for key, colon, n in pairs)
+    assert scrub(text) == text
+
+
+_FLAGS = ("--api-key", "--token", "--hf-token", "--hf_token", "--aws-secret-access-key", "-password",
+          "--client-secret", "--passphrase")
+_PLAIN_ARGS = ("vllm", "serve", "--port", "8000", "--max-tokens", "512", "--eos-token", "</s>", "-n", "x y")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_PLAIN_ARGS), max_size=4), st.sampled_from(_FLAGS),
+       st.text(st.sampled_from(list("'\"\\[](), ab"))
+               | st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=10),
+       st.lists(st.sampled_from(_PLAIN_ARGS), max_size=4))
+def test_a_secret_flag_value_in_a_printed_command_is_redacted(
+        head: list[str], flag: str, body: str, tail: list[str]) -> None:
+    """A command a message prints as a list (``CalledProcessError``), a tuple or JSON, loses
+    exactly the value after a secret-named flag; the rest of the command stays."""
+    value = f"{_HEAD}{body}{_TAIL}"
+    argv, expected = [*head, flag, value, *tail], [*head, flag, _REDACTED_MARK, *tail]
+    error = str(subprocess.CalledProcessError(1, argv))
+    assert scrub(error) == str(subprocess.CalledProcessError(1, expected))
+    assert scrub(repr(tuple(argv))) == repr(tuple(expected))
+    for text in (json.dumps(argv), json.dumps({"msg": json.dumps(argv)})):
+        out = scrub(text)
+        assert _HEAD not in out and _TAIL not in out, (text, out)
+    if value.isprintable() and not any(c in value for c in " '\"\\,;&\t"):  # a word in a shell line
+        line, expected_line = (" ".join(map(str, words)) for words in (argv, expected))
+        assert scrub(f"Command '{line}' failed") == f"Command '{expected_line}' failed"
+
+
 @pytest.mark.parametrize(("key", "content"), [
     ("eos_token", False), ("tokenizer.pad_token", False), ("mask_token", False),
     ("hf_token", True), ("access_token", True), ("rl.token", True), ("eos_token_id", False),
+    # a secret word anywhere in the last segment, as in scrubbed text; counts and measures kept
+    ("aws_secret_access_key", True), ("rl.client_secret", True), ("password1", True),
+    ("db_password_hash", True), ("private_key", True), ("password_len", False), ("max_tokens", False),
+    ("token_budget", False),
 ])
 def test_a_tokenizer_special_token_is_vocabulary_not_content(key: str, content: bool) -> None:
     """``span(..., eos_token="</s>")`` keeps what a tokenizer error needs to be read."""

@@ -4,7 +4,8 @@ One module so the span attributes, recorded exceptions, the Perfetto timeline an
 ``manifest.json`` apply the same rules: a key that names content (a prompt, a completion, a
 chat message, a token, a key) has its text replaced by ``"<redacted>"``; free text that rlsight
 cannot classify by key (an exception message, a command line) is scrubbed of ``key=value``
-pairs whose key names a secret and of well-known credential shapes.
+pairs whose key names a secret, of the value after a secret-named flag in a command it prints,
+and of well-known credential shapes.
 """
 
 from __future__ import annotations
@@ -34,16 +35,40 @@ _GENAI_CONTENT: Final = frozenset({
     "gen_ai.prompt", "gen_ai.completion",
 })
 _GENAI_PREFIXES: Final = ("gen_ai.prompt.", "gen_ai.completion.")
-_SECRET_WORD: Final = r"(?:api[_-]?key|apikey|[a-z0-9]*[_-]?token|secret|password|passwd|authorization)"
-#: The end of a secret-named key and its separator. The key may end in a quote, escaped or not:
-#: a dict in a message, as JSON, as Python's repr or as JSON inside a JSON string
-#: (``{\"api_key\": ...}``). Only the end of the key is matched (``hf_token`` ends in
-#: ``token``): a pattern that also matched the words before it would try every start in a long
+#: What names a secret in a key, for the tests' oracle: one of the words of :data:`_KEY_WORD`
+#: anywhere in it, or ``token`` at its end.
+_SECRET_WORD: Final = (r"(?:api[_-]?key|apikey|[a-z0-9]*[_-]?token|secret|password|passwd|authorization"
+                       r"|private[_-]?key|passphrase)")
+#: A word that names a secret wherever it stands in a key (``aws_secret_access_key``,
+#: ``SECRET_KEY``, ``password1``, ``passwords``, ``db_password_hash``: a password's hash can be
+#: cracked offline), or ``token``, which names one only at the key's end (``hf_token``; not
+#: ``tokens=512`` nor ``max_tokens``). The key may end in a quote, escaped or not: a dict in a
+#: message, as JSON, as Python's repr or as JSON inside a JSON string (``{\"api_key\": ...}``).
+#: Only the word is matched, and the rest of the key is read forward from it (:data:`_KEY_REST`)
+#: and skipped: a pattern that also matched the words before it would try every start in a long
 #: run of word characters, quadratic time on a message holding a long blob. The value after it
 #: is found by :func:`_value_end`, which no regular expression can do: it may be a nested list.
-_KEY: Final = re.compile(
-    r"(?i)(?:api[_-]?key|apikey|(?P<token>token)|secret|password|passwd|authorization)"
-    r"(?:\\?[\"'])?\s*[=:]\s*")
+_KEY_WORD: Final = re.compile(
+    r"(?i)api[_-]?key|apikey|(?P<token>token)|secret|password|passwd|(?P<auth>authorization)"
+    r"|private[_-]?key|passphrase")
+_KEY_REST: Final = re.compile(r"[\w-]*")
+_SEPARATOR: Final = re.compile(r"(?:\\*[\"'])?\s*[=:]\s*")
+#: A string written inside one or more other strings: its quote escaped once (``\"``, JSON inside
+#: a JSON string), three times (``\\\"``, inside two) or more.
+_ESCAPED_QUOTE: Final = re.compile(r"\\+[\"']")
+#: A command-line flag in a message, at the start of a word or of a quoted list item:
+#: ``Command '['vllm', 'serve', '--api-key', 'abc']'`` (a ``CalledProcessError``), or
+#: ``Command 'vllm serve --api-key abc'``. A secret-named flag's value is the next item or word.
+_FLAG: Final = re.compile(r"(?:(?<=[\s'\"])|^)--?(?=[A-Za-z])")
+#: After a quoted flag: the quote that closes it, then the comma before the next item.
+_ITEM_SEPARATOR: Final = re.compile(r"\s*,\s*")
+_WORD_SEPARATOR: Final = re.compile(r"[ \t]+(?!-)")
+#: The last part of a key that measures a secret rather than holding it: ``password_len=12`` keeps
+#: its number (only a number: ``password_len=abc`` is redacted all the same).
+_MEASURES: Final = frozenset({
+    "len", "length", "count", "size", "chars", "bytes", "bits", "rounds", "min", "max",
+})
+_PART: Final = re.compile(r"[_-]")
 #: A value that is not quoted nor bracketed (``token=abc``, ``{'num_token': 3}``): up to the next
 #: separator, less the closing brackets before it, which belong to the text around it.
 _BARE_VALUE: Final = re.compile(r"[^\s,;&'\"]+")
@@ -55,6 +80,18 @@ _OPEN: Final = {"[": "]", "{": "}", "(": ")"}
 TOKENIZER_KEYS: Final = frozenset({
     "eos_token", "bos_token", "pad_token", "unk_token", "sep_token", "cls_token", "mask_token",
 })
+#: HTTP authentication schemes (lower-cased): after an ``Authorization`` key, a value that is one
+#: of these is a scheme, and the credential after it is redacted with it (``Basic dXNlcjpwYXNz``).
+AUTH_SCHEMES: Final = frozenset({
+    "basic", "bearer", "token", "digest", "negotiate", "ntlm", "aws4-hmac-sha256", "hoba",
+    "mutual", "vapid", "scram-sha-1", "scram-sha-256", "dpop", "gnap", "oauth", "apikey",
+})
+#: The credential after a scheme: a word (a token68, or a first ``name=value`` whose value may be
+#: quoted), then any ``, name=value`` parameters (Digest's ``response="..."``, AWS's
+#: ``Signature=...``). Each part starts with a fixed character, so no backtracking grows with input.
+_AUTH_CREDENTIAL: Final = re.compile(
+    r"[ \t]+[^\s,;'\"]+(?:\"(?:[^\"\\]|\\.)*\")?"
+    r"(?:[ \t]*,[ \t]*[\w-]+=(?:\"(?:[^\"\\]|\\.)*\"|[^\s,'\"]*))*")
 _CREDENTIALS: Final = re.compile(
     r"(?i)\bbearer\s+[\w.~+/=-]+"  # an Authorization header value
     r"|\b(?:sk|hf|ghp|gho|github_pat|xox[abp]|glpat)[-_][A-Za-z0-9_-]{16,}"  # vendor token shapes
@@ -71,7 +108,7 @@ def is_content_key(key: str) -> bool:
     last = low.rsplit(".", 1)[-1]
     if last in TOKENIZER_KEYS:
         return False
-    return last in REDACTED_KEYS or last.endswith(("_token", "-token"))
+    return last in REDACTED_KEYS or last.endswith(("_token", "-token")) or _names_secret(last)
 
 
 def is_content(value: object) -> bool:
@@ -87,25 +124,79 @@ def scrub(text: str) -> str:
     A value is redacted whole: a quoted string (``b'...'``, ``\\"...\\"`` included), a list,
     tuple or dict (nested ones too), or a bare word up to the next separator.
     """
-    text = _CREDENTIALS.sub(REDACTED, text)
+    text = _scrub_flags(text)
     out: list[str] = []
-    pos = 0
-    while (m := _KEY.search(text, pos)) is not None:
-        end = _value_end(text, m.end())
+    pos = search = 0
+    while (m := _KEY_WORD.search(text, search)) is not None:
+        key_end = m.end() if m["token"] else _KEY_REST.match(text, m.end()).end()  # type: ignore[union-attr]
+        sep = _SEPARATOR.match(text, key_end)
+        if sep is None:
+            search = key_end
+            continue
+        start = sep.end()
+        end = _value_end(text, start)
         if end is None:
-            out.append(text[pos:m.end()])
-            end = m.end()
-        elif m["token"] and _tokenizer_key(text, m.start()):
-            if end < len(text) or not _opens(text, m.end()):
+            out.append(text[pos:start])
+            end = start
+        elif ((m["token"] and _tokenizer_key(text, m.start()))
+              or _measure(text[m.end():key_end], text[start:end])):
+            if end < len(text) or not _opens(text, start):
                 out.append(text[pos:end])
             else:  # a value left open runs to the end: kept, it would hide what follows
-                out.append(text[pos:m.end()])
-                end = m.end()
+                out.append(text[pos:start])
+                end = start
         else:
-            out.append(text[pos:m.end()] + REDACTED)
-        pos = end
+            if m["auth"] and text[start:end].lower() in AUTH_SCHEMES:
+                credential = _AUTH_CREDENTIAL.match(text, end)
+                end = credential.end() if credential else end
+            out.append(text[pos:start] + REDACTED)
+        pos = search = end
+    out.append(text[pos:])
+    return _CREDENTIALS.sub(REDACTED, "".join(out))  # last: a key's credential is redacted whole first
+
+
+def _scrub_flags(text: str) -> str:
+    """``text`` with the value after each secret-named flag redacted: the next list item after
+    ``'--api-key', `` (a quoted flag), or the next word after ``--api-key `` (a bare one)."""
+    out: list[str] = []
+    pos = search = 0
+    while (m := _FLAG.search(text, search)) is not None:
+        name_end = _KEY_REST.match(text, m.end()).end()  # type: ignore[union-attr]
+        search = name_end
+        if not _names_secret(text[m.end():name_end]):
+            continue
+        quotes = m.start()
+        if quotes > 0 and text[quotes - 1] in "'\"":
+            quotes -= 1
+            while quotes > 0 and text[quotes - 1] == "\\":
+                quotes -= 1
+        closing = text[quotes:m.start()]  # the quote, escaped as the opening one is
+        if closing and text.startswith(closing, name_end):  # a list item: '--api-key', 'X'
+            sep = _ITEM_SEPARATOR.match(text, name_end + len(closing))
+        else:  # a word: --api-key X, also first in a quoted command ('--api-key X')
+            sep = _WORD_SEPARATOR.match(text, name_end)
+        if sep is None or (end := _value_end(text, sep.end())) is None:
+            continue
+        out.append(text[pos:sep.end()] + REDACTED)
+        pos = search = end
     out.append(text[pos:])
     return "".join(out)
+
+
+def _names_secret(name: str) -> bool:
+    """Whether ``name`` (a flag's ``api-key``, a key's last segment ``client_secret``) names a
+    secret: a secret word anywhere but a measure (``password_len``), or ``token`` at its end."""
+    key = name.lower().replace("-", "_")
+    if key.endswith("token"):
+        return key not in TOKENIZER_KEYS
+    m = _KEY_WORD.search(key)
+    return m is not None and not m["token"] and _PART.split(key)[-1] not in _MEASURES
+
+
+def _measure(suffix: str, value: str) -> bool:
+    """Whether a key whose secret word is followed by ``suffix`` (``_len``) measures the secret
+    and ``value`` is a number: ``password_len=12`` is kept."""
+    return bool(suffix) and _PART.split(suffix)[-1].lower() in _MEASURES and value.isdigit()
 
 
 def _tokenizer_key(text: str, token_at: int) -> bool:
@@ -122,14 +213,14 @@ def _tokenizer_key(text: str, token_at: int) -> bool:
 
 def _opens(text: str, start: int) -> bool:
     """Whether the value at ``start`` is a string or bracket (which may be left open)."""
-    return (text.startswith(("\\\"", "\\'"), start) or _PREFIX.match(text, start) is not None
+    return (_ESCAPED_QUOTE.match(text, start) is not None or _PREFIX.match(text, start) is not None
             or (start < len(text) and text[start] in _OPEN))
 
 
 def _value_end(text: str, start: int) -> int | None:
     """Where the value starting at ``start`` ends; ``None`` where there is none. A string or
     bracket left open (a message cut short) runs to the end of the text."""
-    if text.startswith(("\\\"", "\\'"), start):  # JSON inside a JSON string: \"...\"
+    if _ESCAPED_QUOTE.match(text, start):  # JSON inside a JSON string: \"...\", \\\"...\\\"
         return _escaped_string_end(text, start)
     prefix = _PREFIX.match(text, start)
     if prefix is not None:
@@ -158,21 +249,24 @@ def _string_end(text: str, start: int) -> int:
 
 
 def _escaped_string_end(text: str, start: int) -> int:
-    """The end of the string at ``start`` written inside another string (``\\"a\\\\\\"b\\"``
-    holds ``a"b``): each escape is read as the outer string holds it, then as the inner one."""
-    quote, i, n, escaped = text[start + 1], start + 2, len(text), False
-    while i < n:
-        if text[i] == "\\" and i + 1 < n:
-            c, i = text[i + 1], i + 2
-        else:
-            c, i = text[i], i + 1
-        if escaped:
-            escaped = False
-        elif c == "\\":
-            escaped = True
-        elif c == quote:
-            return i
-    return n
+    """The end of the string at ``start`` written inside other strings, its quote escaped by
+    ``k`` backslashes (``\\"`` in JSON inside a JSON string: ``k`` is 1; 3 one level deeper).
+    Inside it, a quote of its own text is escaped ``2k + 1`` times and a backslash of its own
+    text is ``2k + 2`` backslashes, so the quote that closes it follows a run of ``k`` backslashes
+    modulo ``2k + 2``; a quote escaped fewer than ``k`` times closes a string around it, so this
+    one ended too. Each run is counted once: linear time."""
+    k = start
+    while text[k] == "\\":
+        k += 1
+    quote, k, i = text[k], k - start, k + 1
+    while (j := text.find(quote, i)) != -1:
+        run = j
+        while run > i and text[run - 1] == "\\":
+            run -= 1
+        if j - run < k or (j - run) % (2 * k + 2) == k:
+            return j + 1
+        i = j + 1
+    return len(text)
 
 
 def _bracket_end(text: str, start: int) -> int:
@@ -186,7 +280,13 @@ def _bracket_end(text: str, start: int) -> int:
             i = _string_end(text, i)
             continue
         if c == "\\":
-            i = _escaped_string_end(text, i) if text[i + 1:i + 2] in ("'", '"') else i + 2
+            run = i
+            while run < n and text[run] == "\\":
+                run += 1
+            if run < n and text[run] in "'\"":
+                i = _escaped_string_end(text, i)
+            else:  # an escaped character (``\\]``) is no bracket
+                i = run + 1 if (run - i) % 2 else run
             continue
         if c in _OPEN:
             closers.append(_OPEN[c])

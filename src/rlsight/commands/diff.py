@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from rlsight.commands._exit import EXIT_INPUT, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
 from rlsight.commands._extras import missing_extra
+from rlsight.commands._numbers import number
 from rlsight.commands._outputs import unusable_output, write_outputs
 
 if TYPE_CHECKING:
@@ -30,10 +31,7 @@ __all__ = ["add_arguments", "run"]
 
 
 def _percentage(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number; pass a percentage like 10") from None
+    value = number(text, "a number; pass a percentage like 10")
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value} is negative; pass how many percent slower B may be")
     if not value < math.inf:  # NaN or infinity: no change could ever fail the gate

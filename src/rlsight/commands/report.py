@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from rlsight.commands._exit import EXIT_INPUT, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
 from rlsight.commands._extras import missing_extra
+from rlsight.commands._numbers import number
 from rlsight.commands._outputs import unusable_output, write_outputs
 
 if TYPE_CHECKING:
@@ -28,20 +29,14 @@ __all__ = ["add_arguments", "run"]
 
 
 def _percentage(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number; pass a percentage like 55") from None
+    value = number(text, "a number; pass a percentage like 55")
     if not 0 <= value <= 100:
         raise argparse.ArgumentTypeError(f"{value} is not a percentage between 0 and 100")
     return value
 
 
 def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = number(text, "a number")
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{value} must be > 0 (a number of MADs, default 3)")
     return value

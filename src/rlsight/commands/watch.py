@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Final
 
 from rlsight.commands._exit import EXIT_OK, EXIT_STALLED, EXIT_USAGE
 from rlsight.commands._extras import missing_extra
+from rlsight.commands._numbers import number
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -42,10 +43,7 @@ _STACK_TIMEOUT_S: Final = 15.0
 
 
 def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    value = number(text, "a number of seconds")
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"{value} must be >= 0 seconds")
     return value
@@ -59,10 +57,7 @@ def _interval(text: str) -> float:
 
 
 def _multiple(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of median durations") from None
+    value = number(text, "a number of median durations")
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{value} must be > 0 (a multiple of the span name's median "
                                          "duration)")

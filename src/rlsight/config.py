@@ -418,13 +418,17 @@ def _fail(s: Setting, value: object, source: str | None, accepted: str) -> Confi
     return ConfigError(f"{_where(s, value, source)}: expected {accepted}")
 
 
+#: The fields that hold an OTLP endpoint URL (checked by :func:`endpoint_problem`).
+_ENDPOINTS: Final = frozenset({"otlp_endpoint", "otlp_traces_endpoint", "otlp_metrics_endpoint"})
+
+
 def _problem(s: Setting, value: Any) -> str | None:
     """What is wrong with a value of the right type for ``s``, beyond its type, if anything."""
     if value is None:
         return None
     if s.name == "run_id":
         return run_id_problem(value)
-    if s.kind == "optional_str" and s.name.endswith("endpoint"):
+    if s.name in _ENDPOINTS:
         return endpoint_problem(value)
     if s.name == "shutdown_timeout_ms" and value > MAX_SHUTDOWN_TIMEOUT_MS:
         return f"at most {MAX_SHUTDOWN_TIMEOUT_MS} (one hour); it bounds how long shutdown may wait"

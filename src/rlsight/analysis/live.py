@@ -189,7 +189,7 @@ def lost_work(cols: SpanColumns, live: LiveReadResult, running: Collection[str] 
     for s in live.starts:
         later = replaced.get(s.process)
         lost_id = _hex(s.span_id)
-        if later is None or lost_id < 0 or lost_id in finished:
+        if later is None or lost_id in finished:
             continue
         i = finished.get(_hex(s.parent_span_id or ""))
         if (i is None or cols.process_keys[int(cols.process[i])] == s.process
@@ -425,8 +425,7 @@ def _failed_job(cols: SpanColumns, errors: Any, live: LiveReadResult) -> int | N
     if not errors[last]:
         return None
     started = int(cols.start[last])
-    later = [i for s in live.starts if s.name == JOB_SPAN and s.start_ns > started
-             if (i := _hex(s.span_id)) >= 0]
+    later = [_hex(s.span_id) for s in live.starts if s.name == JOB_SPAN and s.start_ns > started]
     if later and not np.isin(np.asarray(later, dtype=np.uint64), cols.span_id).all():
         return None
     return last

@@ -116,6 +116,7 @@ class StartRecord:
     """``service.instance.id`` of the process that started it."""
     trace_id: str
     span_id: str
+    """16 hex digits (the reader skips a line whose id is anything else)."""
     parent_span_id: str | None
     name: str
     group: str | None

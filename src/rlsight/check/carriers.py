@@ -15,12 +15,16 @@ two classes with a method of the same name share one verdict.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 from rlsight.check._context import CheckContext, closest, nothing_to_check
 from rlsight.check._facts import CarrierDispatch, CarrierMethod
 from rlsight.check._model import GuardResult, Violation
 
 __all__ = ["GUARD", "TITLE", "check"]
+
+_T = TypeVar("_T")
 
 GUARD = "carriers"
 TITLE = "trace carriers"
@@ -53,31 +57,31 @@ def check(ctx: CheckContext) -> GuardResult:
         f"; no call in {ctx.paths_display} sends a carrier in a shape the check recognises "
         "(docs/check.md, 'Carriers: matched by method name')"
     )
-    for name, methods in sorted(accepted.items()):
-        if name in sent:
-            continue
-        for method in methods:
-            violations.append(
-                Violation(
-                    GUARD, method.module.display, method.line,
-                    f"{method.qualname} accepts a trace carrier ({method.via}) but no call "
-                    f"sends it one, so its spans start a new trace{unseen}",
-                    f"dispatch it with dispatch_with_trace_context(handle.{name}, ...) or "
-                    f"handle.{name}.remote(..., **trace_context_kwargs())",
-                )
+    for name, method in _unmatched(accepted, sent):
+        violations.append(
+            Violation(
+                GUARD, method.module.display, method.line,
+                f"{method.qualname} accepts a trace carrier ({method.via}) but no call "
+                f"sends it one, so its spans start a new trace{unseen}",
+                f"dispatch it with dispatch_with_trace_context(handle.{name}, ...) or "
+                f"handle.{name}.remote(..., **trace_context_kwargs())",
             )
-    for name, dispatches in sorted(sent.items()):
-        if name in accepted:
-            continue
-        for dispatch in dispatches:
-            violations.append(
-                Violation(
-                    GUARD, dispatch.module.display, dispatch.line,
-                    f"a trace carrier is sent to {name!r} ({dispatch.via}), but no "
-                    f"@accepts_trace_context method has that name{closest(name, accepted)}",
-                    f"decorate the method {name!r} with @accepts_trace_context (Ray rejects "
-                    "the extra keyword otherwise), or stop sending it a carrier",
-                )
+        )
+    for name, dispatch in _unmatched(sent, accepted):
+        violations.append(
+            Violation(
+                GUARD, dispatch.module.display, dispatch.line,
+                f"a trace carrier is sent to {name!r} ({dispatch.via}), but no "
+                f"@accepts_trace_context method has that name{closest(name, accepted)}",
+                f"decorate the method {name!r} with @accepts_trace_context (Ray rejects "
+                "the extra keyword otherwise), or stop sending it a carrier",
             )
+        )
     counts = {"accepting": len(accepted), "dispatched": len(sent)}
     return GuardResult(GUARD, TITLE, counts, tuple(violations))
+
+
+def _unmatched(side: Mapping[str, Sequence[_T]], other: Mapping[str, object]) -> list[tuple[str, _T]]:
+    """Each site of ``side`` under a method name ``other`` lacks, by name: one side of a
+    carrier hop without the other."""
+    return [(name, site) for name, sites in sorted(side.items()) if name not in other for site in sites]
